@@ -1,0 +1,1 @@
+"""rl4llm: JAX-native reinforcement-learning post-training of language models."""
