@@ -1,0 +1,18 @@
+"""Decoder-only language models: configs/presets and the functional (pure-pytree) API."""
+from rl4llm.models.config import PRESETS, ModelConfig, get_config
+from rl4llm.models.decoder import (
+    KVCache,
+    Params,
+    apply,
+    forward,
+    init_cache,
+    init_params,
+    param_logical_axes,
+    positions_from_mask,
+    unembed,
+)
+
+__all__ = [
+    "PRESETS", "ModelConfig", "get_config", "KVCache", "Params", "apply", "forward", "init_cache",
+    "init_params", "param_logical_axes", "positions_from_mask", "unembed",
+]

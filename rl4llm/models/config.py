@@ -1,0 +1,83 @@
+"""Decoder configuration and named presets (shapes only; nothing is downloaded)."""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape and numerics of a decoder-only transformer (Llama / Qwen2 / Qwen3 family).
+
+    Frozen (hashable) so it can be a static argument of `jax.jit`.
+
+    Attributes:
+        vocab_size: number of token ids (rows of the embedding table).
+        hidden_size: model width E.
+        num_layers: number of decoder blocks.
+        num_heads: query heads H.
+        num_kv_heads: key/value heads Hkv (grouped-query attention; H % Hkv == 0).
+        head_dim: per-head width D (even, for RoPE).
+        intermediate_size: SwiGLU hidden width I: down(silu(gate(x)) * up(x)).
+        rope_theta: RoPE base; inv_freq_j = theta^(-2j/D).
+        rms_norm_eps: epsilon inside RMSNorm's rsqrt.
+        qkv_bias: q/k/v projections carry a bias (Qwen2); o_proj never does.
+        qk_norm: RMSNorm over head_dim on q and k, before RoPE (Qwen3).
+        tie_embeddings: the lm head is the transposed input embedding.
+        init_std: HF init, every linear/embedding weight ~ N(0, init_std^2); biases 0; norm scales 1.
+        dtype: activation/compute dtype (softmax and norms always run in float32).
+        param_dtype: storage dtype of the parameters.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    qkv_bias: bool = True
+    qk_norm: bool = False
+    tie_embeddings: bool = True
+    init_std: float = 0.02
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                     "head_dim", "intermediate_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ModelConfig.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"ModelConfig.num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
+                f"({self.num_kv_heads}) for grouped-query attention.")
+        if self.head_dim % 2:
+            raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}.")
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # Benchmark models of ../shared/bench/WORKLOADS.md (Qwen2 architecture).
+    "tiny": ModelConfig(vocab_size=1024, hidden_size=256, num_layers=4, num_heads=4,
+                        num_kv_heads=2, head_dim=64, intermediate_size=1024),
+    "small": ModelConfig(vocab_size=8192, hidden_size=512, num_layers=8, num_heads=8,
+                         num_kv_heads=4, head_dim=64, intermediate_size=2048),
+    # Default model of the built-in arithmetic task; override vocab_size with the tokenizer's.
+    "arith": ModelConfig(vocab_size=256, hidden_size=128, num_layers=4, num_heads=4,
+                         num_kv_heads=2, head_dim=32, intermediate_size=512),
+    # Real checkpoint shapes.
+    "qwen2.5-0.5b": ModelConfig(vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14,
+                                num_kv_heads=2, head_dim=64, intermediate_size=4864,
+                                rope_theta=1e6, rms_norm_eps=1e-6),
+    "llama3.2-1b": ModelConfig(vocab_size=128256, hidden_size=2048, num_layers=16, num_heads=32,
+                               num_kv_heads=8, head_dim=64, intermediate_size=8192,
+                               rope_theta=500000.0, rms_norm_eps=1e-5, qkv_bias=False),
+}
+
+
+def get_config(name: str, **overrides) -> ModelConfig:
+    """Returns preset `name` with dataclass fields replaced by `overrides`."""
+    if name not in PRESETS:
+        raise ValueError(f"Unknown model preset {name!r}; available presets: {sorted(PRESETS)}.")
+    return dataclasses.replace(PRESETS[name], **overrides)

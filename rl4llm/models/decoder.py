@@ -1,0 +1,338 @@
+"""Decoder-only transformer (Llama / Qwen2 / Qwen3 switches) as Flax NNX modules, behind a pure API.
+
+The NNX modules below define the parameters (with logical axis names as `out_sharding` metadata) and the
+computation. The rest of the codebase only uses the functional boundary at the bottom of this file:
+params are a plain nested dict of arrays (`nnx.State.to_pure_dict()`), and every function takes the
+static, hashable `ModelConfig` first, so `jax.jit(functools.partial(apply, cfg))` works.
+
+Parameter layout (logical axis names in brackets):
+  embed:                 [vocab, embed]
+  layers[i].input_norm.scale, post_attn_norm.scale: [embed]
+  layers[i].attn.q_proj.kernel [embed, heads, head_dim],    .bias [heads, head_dim]     (qkv_bias)
+  layers[i].attn.k_proj.kernel [embed, kv_heads, head_dim], .bias [kv_heads, head_dim]  (qkv_bias)
+  layers[i].attn.v_proj: same as k_proj
+  layers[i].attn.o_proj.kernel [heads, head_dim, embed]
+  layers[i].attn.q_norm.scale, k_norm.scale: [head_dim]                                 (qk_norm)
+  layers[i].mlp.gate_proj.kernel, up_proj.kernel [embed, mlp]; down_proj.kernel [mlp, embed]
+  final_norm.scale:      [embed]
+  lm_head:               [embed, vocab]                                                  (not tied)
+(`layers` is a dict keyed by the int layer index.)
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rl4llm.models.config import ModelConfig
+
+Params = dict[str, Any]
+LogicalAxes = tuple[str | None, ...]
+
+# Finite "minus infinity" for masked attention scores: a fully masked row gives a uniform (finite) softmax.
+_MASK_VALUE = -1e30
+
+
+# ----------------------------------------------------------------------------------------------------
+# Parameter helpers
+# ----------------------------------------------------------------------------------------------------
+
+
+def _param(value: jax.Array, axes: LogicalAxes) -> nnx.Param:
+    """An nnx.Param annotated with logical axis names (lazy: no mesh is needed to create it)."""
+    return nnx.Param(value, out_sharding=axes, eager_sharding=False)
+
+
+def _normal(rngs: nnx.Rngs, shape: tuple[int, ...], axes: LogicalAxes, cfg: ModelConfig) -> nnx.Param:
+    """HF initialisation of a weight: N(0, init_std^2)."""
+    value = cfg.init_std * jax.random.normal(rngs.params(), shape, jnp.float32)
+    return _param(value.astype(cfg.param_dtype), axes)
+
+
+def _constant(fill: float, shape: tuple[int, ...], axes: LogicalAxes, cfg: ModelConfig) -> nnx.Param:
+    return _param(jnp.full(shape, fill, cfg.param_dtype), axes)
+
+
+# ----------------------------------------------------------------------------------------------------
+# NNX modules
+# ----------------------------------------------------------------------------------------------------
+
+
+class RMSNorm(nnx.Module):
+    """y = x / sqrt(mean(x^2, -1) + eps) * scale, computed in float32, returned in x's dtype."""
+
+    def __init__(self, dim: int, axis: str, cfg: ModelConfig):
+        self.eps = cfg.rms_norm_eps
+        self.scale = _constant(1.0, (dim,), (axis,), cfg)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (y * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+
+
+class DenseGeneral(nnx.Module):
+    """y = einsum(equation, x, kernel) (+ bias), in the compute dtype."""
+
+    def __init__(self, equation: str, kernel_shape: tuple[int, ...], kernel_axes: LogicalAxes,
+                 bias_ndim: int, cfg: ModelConfig, rngs: nnx.Rngs):
+        """`bias_ndim` trailing kernel dims carry a (zero-initialised) bias; 0 = no bias."""
+        self.equation = equation
+        self.dtype = jnp.dtype(cfg.dtype)
+        self.kernel = _normal(rngs, kernel_shape, kernel_axes, cfg)
+        self.bias = (_constant(0.0, kernel_shape[-bias_ndim:], kernel_axes[-bias_ndim:], cfg)
+                     if bias_ndim else None)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = jnp.einsum(self.equation, x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
+
+
+def rope_cos_sin(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """HF RoPE tables: inv_freq_j = theta^(-2j/D), angle = pos * inv_freq, tables = cat(angle, angle).
+
+    positions: [B, L] int. Returns cos, sin: [B, L, D] float32.
+    """
+    inv_freq = 1.0 / theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # [D/2]
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, L, D/2]
+    angles = jnp.concatenate([angles, angles], axis=-1)  # [B, L, D]
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """HF "rotate_half" RoPE: x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1).
+
+    x: [B, L, heads, D]; cos, sin: [B, L, D]. Computed in float32, returned in x's dtype.
+    """
+    x32 = x.astype(jnp.float32)
+    x1, x2 = jnp.split(x32, 2, axis=-1)
+    rotated = jnp.concatenate([-x2, x1], axis=-1)
+    return (x32 * cos[:, :, None] + rotated * sin[:, :, None]).astype(x.dtype)
+
+
+def attention_mask_for(query_slots: jax.Array, key_mask: jax.Array) -> jax.Array:
+    """Causal + key-padding mask: query at slot s sees key slot t iff t <= s and key_mask[t].
+
+    query_slots: [L] int; key_mask: [B, S] bool. Returns [B, L, S] bool.
+    """
+    key_slots = jnp.arange(key_mask.shape[-1])
+    causal = key_slots[None, :] <= query_slots[:, None]  # [L, S]
+    return causal[None] & key_mask[:, None, :]
+
+
+def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """softmax(q k^T / sqrt(D) masked) v with grouped-query heads; scores and softmax in float32.
+
+    q: [B, L, H, D]; k, v: [B, S, Hkv, D]; mask: [B, L, S] bool. Returns [B, L, H, D].
+    Query head h uses kv head h // (H / Hkv) (HF `repeat_kv` order).
+    """
+    b, l, h, d = q.shape
+    hkv = k.shape[2]
+    q = q.reshape(b, l, hkv, h // hkv, d)  # [B, L, Hkv, G, D]
+    scores = jnp.einsum("blkgd,bskd->bkgls", q, k, preferred_element_type=jnp.float32)
+    scores = scores * (d ** -0.5)  # [B, Hkv, G, L, S]
+    scores = jnp.where(mask[:, None, None], scores, _MASK_VALUE)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgls,bskd->blkgd", probs, v)  # [B, L, Hkv, G, D]
+    return out.reshape(b, l, h, d)
+
+
+class Attention(nnx.Module):
+    """Multi-head attention with GQA, RoPE, optional q/k/v bias and optional per-head QK RMSNorm."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        e, h, hkv, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        bias = 2 if cfg.qkv_bias else 0
+        self.q_proj = DenseGeneral("ble,ehd->blhd", (e, h, d), ("embed", "heads", "head_dim"),
+                                   bias, cfg, rngs)
+        self.k_proj = DenseGeneral("ble,ehd->blhd", (e, hkv, d), ("embed", "kv_heads", "head_dim"),
+                                   bias, cfg, rngs)
+        self.v_proj = DenseGeneral("ble,ehd->blhd", (e, hkv, d), ("embed", "kv_heads", "head_dim"),
+                                   bias, cfg, rngs)
+        self.o_proj = DenseGeneral("blhd,hde->ble", (h, d, e), ("heads", "head_dim", "embed"),
+                                   0, cfg, rngs)
+        self.q_norm = RMSNorm(d, "head_dim", cfg) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(d, "head_dim", cfg) if cfg.qk_norm else None
+
+    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
+                 cache_kv: tuple[jax.Array, jax.Array] | None, layer: int,
+                 cache_index: jax.Array | None) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+        """x: [B, L, E]; cos, sin: [B, L, D]; mask: [B, L, L] without a cache, [B, L, S] with one.
+
+        cache_kv: None, or the whole cache (k, v), each [layers, B, S, Hkv, D]; this call writes its
+        k, v at [layer, :, cache_index:cache_index+L] and attends to slice `layer`.
+        Returns the output [B, L, E] and the updated (k, v) cache (None without one).
+        """
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # [B, L, H|Hkv, D]
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache_kv is None:
+            return self.o_proj(dot_product_attention(q, k, v, mask)), None
+        start = (layer, 0, cache_index, 0, 0)
+        cache_k, cache_v = (jax.lax.dynamic_update_slice(c, new[None].astype(c.dtype), start)
+                            for c, new in zip(cache_kv, (k, v)))
+        out = dot_product_attention(q, cache_k[layer], cache_v[layer], mask)
+        return self.o_proj(out), (cache_k, cache_v)
+
+
+class MLP(nnx.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        e, i = cfg.hidden_size, cfg.intermediate_size
+        self.gate_proj = DenseGeneral("ble,ei->bli", (e, i), ("embed", "mlp"), 0, cfg, rngs)
+        self.up_proj = DenseGeneral("ble,ei->bli", (e, i), ("embed", "mlp"), 0, cfg, rngs)
+        self.down_proj = DenseGeneral("bli,ie->ble", (i, e), ("mlp", "embed"), 0, cfg, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+    """Pre-norm block: x += attn(norm(x)); x += mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.input_norm = RMSNorm(cfg.hidden_size, "embed", cfg)
+        self.attn = Attention(cfg, rngs)
+        self.post_attn_norm = RMSNorm(cfg.hidden_size, "embed", cfg)
+        self.mlp = MLP(cfg, rngs)
+
+    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
+                 cache_kv: tuple[jax.Array, jax.Array] | None, layer: int,
+                 cache_index: jax.Array | None) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+        """See `Attention.__call__`; returns the block output [B, L, E] and the updated cache (k, v)."""
+        attn_out, cache_kv = self.attn(self.input_norm(x), cos, sin, mask, cache_kv, layer, cache_index)
+        x = x + attn_out
+        return x + self.mlp(self.post_attn_norm(x)), cache_kv
+
+
+class KVCache(flax.struct.PyTreeNode):
+    """Static-size key/value cache.
+
+    k, v:     [layers, B, S, Hkv, D] post-RoPE keys and values per slot.
+    key_mask: [B, S] bool, True where the slot holds a real (non-padding) token.
+    """
+
+    k: jax.Array
+    v: jax.Array
+    key_mask: jax.Array
+
+
+class Decoder(nnx.Module):
+    """Token embedding, `num_layers` decoder blocks, final RMSNorm, tied or untied lm head."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.embed = _normal(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), cfg)
+        self.layers = nnx.List([DecoderLayer(cfg, rngs) for _ in range(cfg.num_layers)])
+        self.final_norm = RMSNorm(cfg.hidden_size, "embed", cfg)
+        self.lm_head = (None if cfg.tie_embeddings else
+                        _normal(rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), cfg))
+
+    def __call__(self, tokens: jax.Array, positions: jax.Array, attention_mask: jax.Array,
+                 cache: KVCache | None, cache_index: jax.Array | int | None
+                 ) -> tuple[jax.Array, KVCache | None]:
+        """tokens, positions, attention_mask: [B, L]. Returns hidden [B, L, E] (after the final norm)."""
+        cfg = self.cfg
+        attention_mask = attention_mask.astype(bool)
+        x = jnp.take(self.embed[...], tokens, axis=0).astype(cfg.dtype)  # [B, L, E]
+        cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
+        length = tokens.shape[1]
+        if cache is None:
+            mask = attention_mask_for(jnp.arange(length), attention_mask)  # [B, L, L]
+            for i, layer in enumerate(self.layers):
+                x, _ = layer(x, cos, sin, mask, None, i, None)
+            return self.final_norm(x), None
+
+        cache_index = jnp.asarray(cache_index, jnp.int32)
+        key_mask = jax.lax.dynamic_update_slice(cache.key_mask, attention_mask, (0, cache_index))
+        mask = attention_mask_for(cache_index + jnp.arange(length), key_mask)  # [B, L, S]
+        cache_kv = (cache.k, cache.v)
+        for i, layer in enumerate(self.layers):
+            x, cache_kv = layer(x, cos, sin, mask, cache_kv, i, cache_index)
+        return self.final_norm(x), KVCache(k=cache_kv[0], v=cache_kv[1], key_mask=key_mask)
+
+    def unembed(self, hidden: jax.Array) -> jax.Array:
+        """logits = hidden @ W_out in float32; W_out = embed^T (tied) or lm_head. [..., E] -> [..., V]."""
+        if self.lm_head is None:
+            return jnp.einsum("...e,ve->...v", hidden, self.embed[...].astype(hidden.dtype),
+                              preferred_element_type=jnp.float32)
+        return jnp.einsum("...e,ev->...v", hidden, self.lm_head[...].astype(hidden.dtype),
+                          preferred_element_type=jnp.float32)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Functional API
+# ----------------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _abstract(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
+    """Graph definition and abstract (shape-only, metadata-carrying) state of the decoder."""
+    return nnx.split(nnx.eval_shape(lambda: Decoder(cfg, nnx.Rngs(0))))
+
+
+def _model(cfg: ModelConfig, params: Params) -> Decoder:
+    graphdef, _ = _abstract(cfg)
+    return nnx.merge(graphdef, params)
+
+
+def init_params(cfg: ModelConfig, key: jax.Array) -> Params:
+    """Randomly initialised params (HF init: weights ~ N(0, init_std^2), biases 0, norm scales 1)."""
+    return nnx.state(Decoder(cfg, nnx.Rngs(params=key))).to_pure_dict()
+
+
+def param_logical_axes(cfg: ModelConfig) -> Any:
+    """Same tree structure as `init_params`; each leaf is the tuple of the param's logical axis names."""
+    _, state = _abstract(cfg)
+    axes = jax.tree.map(lambda v: v.get_metadata()["out_sharding"], state,
+                        is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return axes.to_pure_dict()
+
+
+def init_cache(cfg: ModelConfig, batch_size: int, max_len: int) -> KVCache:
+    """Empty cache of `max_len` slots: zeros, key_mask all False."""
+    shape = (cfg.num_layers, batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
+    return KVCache(k=jnp.zeros(shape, cfg.dtype), v=jnp.zeros(shape, cfg.dtype),
+                   key_mask=jnp.zeros((batch_size, max_len), bool))
+
+
+def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
+    """RoPE positions: cumsum(mask) - 1 clipped at 0, so left padding does not shift them. [B, L] int32."""
+    return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def forward(cfg: ModelConfig, params: Params, tokens: jax.Array, positions: jax.Array,
+            attention_mask: jax.Array, *, cache: KVCache | None = None,
+            cache_index: jax.Array | int | None = None) -> tuple[jax.Array, KVCache | None]:
+    """Final-norm hidden states [B, L, E] of tokens [B, L] at RoPE `positions` [B, L].
+
+    Without a cache: causal self-attention over the L tokens; keys where attention_mask == 0 are
+    masked. With a cache: the L tokens are written to slots [cache_index, cache_index + L),
+    key_mask of those slots := attention_mask, and each query at slot s attends to the slots <= s whose
+    key_mask is True; the updated cache is returned. A query with no visible key yields finite garbage.
+    """
+    if (cache is None) != (cache_index is None):
+        raise ValueError("forward: pass both `cache` and `cache_index`, or neither.")
+    return _model(cfg, params)(tokens, positions, attention_mask, cache, cache_index)
+
+
+def unembed(cfg: ModelConfig, params: Params, hidden: jax.Array) -> jax.Array:
+    """Logits [..., V] float32 from final-norm hidden states [..., E]."""
+    return _model(cfg, params).unembed(hidden)
+
+
+def apply(cfg: ModelConfig, params: Params, tokens: jax.Array, positions: jax.Array,
+          attention_mask: jax.Array, *, cache: KVCache | None = None,
+          cache_index: jax.Array | int | None = None) -> tuple[jax.Array, KVCache | None]:
+    """unembed(forward(...)): logits [B, L, V] float32 and the updated cache (None without one)."""
+    hidden, cache = forward(cfg, params, tokens, positions, attention_mask, cache=cache,
+                            cache_index=cache_index)
+    return unembed(cfg, params, hidden), cache
