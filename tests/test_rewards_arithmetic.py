@@ -75,7 +75,9 @@ def test_score_never_raises_and_is_binary(completion, answer):
 
 
 @hypothesis.settings(max_examples=200, deadline=None)
-@hypothesis.given(prefix=st.text(), answer=st.integers(), zeros=st.integers(0, 3), suffix=st.sampled_from(["", " ", "\n"]))
+@hypothesis.given(
+    prefix=st.text(), answer=st.integers(), zeros=st.integers(0, 3), suffix=st.sampled_from(["", " ", "\n"])
+)
 def test_score_matches_integer_equality(prefix, answer, zeros, suffix):
     sign, digits = ("-", str(-answer)) if answer < 0 else ("", str(answer))
     completion = f"{prefix}#{sign}{'0' * zeros}{digits}{suffix}"
