@@ -1,0 +1,143 @@
+"""Masked reductions and loss aggregation (verl `agg_loss` semantics).
+
+All reductions are over the arrays they are given. Under `jax.jit` with globally sharded arrays
+they are therefore global over the whole batch (across devices). For gradient accumulation over
+micro-batches, use `aggregation_weights` on the mask of the WHOLE batch, hand each micro-batch its
+slice of the weights, and sum `weighted_sum(values_mb, weights_mb)` over micro-batches: the total
+equals `aggregate(values, mask, mode)` on the full batch.
+
+Shapes: N sequences, T tokens; `mask[N, T]` is 1 on tokens the policy produced.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+_MEAN_EPS = 1e-8  # verl `masked_mean` / `seq-mean-token-mean` epsilon
+_WHITEN_EPS = 1e-8  # verl `masked_whiten` epsilon inside rsqrt
+
+
+def _zero_outside(values: jax.Array, mask: jax.Array) -> jax.Array:
+    """`where(mask != 0, values, 0)`: NaN/inf outside the mask never reach a reduction."""
+    return jnp.where(mask != 0, values, jnp.zeros_like(values))
+
+
+def _positive_or_one(x: jax.Array) -> jax.Array:
+    """Denominator guard: `x` where x > 0 else 1, so an empty selection gives 0, not NaN."""
+    return jnp.where(x > 0, x, jnp.ones_like(x))
+
+
+def masked_sum(values: jax.Array, mask: jax.Array, axis=None) -> jax.Array:
+    """`Σ where(m, x, 0)·m` (verl `masked_sum`; values outside the mask are zeroed, NaN included)."""
+    return jnp.sum(_zero_outside(values, mask) * mask, axis=axis)
+
+
+def masked_mean(values: jax.Array, mask: jax.Array, axis=None) -> jax.Array:
+    """`masked_sum(x, m) / (Σ m + 1e-8)` (verl `masked_mean`)."""
+    return masked_sum(values, mask, axis) / (jnp.sum(mask, axis=axis) + _MEAN_EPS)
+
+
+def masked_var(values: jax.Array, mask: jax.Array, unbiased: bool = True) -> jax.Array:
+    """Masked variance over all elements: `masked_mean((x − μ)², m) · n/(n−1)`, n = Σ m (verl `masked_var`).
+
+    verl raises when n ≤ 1; inside jit we cannot, so for n ≤ 1 the Bessel factor is skipped
+    (the variance of a single element is then 0).
+    """
+    mean = masked_mean(values, mask)
+    var = masked_mean(jnp.square(values - mean), mask)
+    if unbiased:
+        n = jnp.sum(mask)
+        var = var * jnp.where(n > 1, n / jnp.maximum(n - 1, 1), 1.0)
+    return var
+
+
+def masked_whiten(values: jax.Array, mask: jax.Array, shift_mean: bool = True) -> jax.Array:
+    """`(x − μ)·rsqrt(var + 1e-8)` with masked mean and unbiased masked variance (verl `masked_whiten`).
+
+    With `shift_mean=False` the mean is added back: `(x − μ)·rsqrt(var + 1e-8) + μ`.
+    Positions outside the mask are transformed too (not zeroed), exactly as in verl.
+    """
+    mean = masked_mean(values, mask)
+    var = masked_var(values, mask)
+    whitened = (values - mean) * jax.lax.rsqrt(var + _WHITEN_EPS)
+    return whitened if shift_mean else whitened + mean
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in AGG_MODES:
+        raise ValueError(f"unknown loss aggregation mode {mode!r}; known modes: {', '.join(AGG_MODES)}")
+
+
+def aggregate(
+    values: jax.Array,  # [N, T]
+    mask: jax.Array,  # [N, T]
+    mode: str,
+    *,
+    norm_length: Optional[float] = None,
+) -> jax.Array:
+    """Aggregate a token loss matrix to a scalar exactly like verl `agg_loss` (local path, dp_size=1).
+
+    With `m = mask`, `v_i = [Σ_t m_it > 0]` (sequences with no valid token are ignored):
+
+    - "token-mean"               `Σ L·m / Σ m`                                   (DAPO)
+    - "seq-mean-token-mean"      `Σ_i v_i·(Σ_t L·m / (Σ_t m + 1e-8)) / Σ_i v_i`  (original GRPO)
+    - "seq-mean-token-sum"       `Σ_i v_i·(Σ_t L·m) / Σ_i v_i`
+    - "seq-mean-token-sum-norm"  `Σ L·m / S`, S = `norm_length` or T (padded length); no division by N (Dr.GRPO)
+
+    Difference from verl: an all-masked batch gives 0 instead of NaN (the denominators Σm and Σv are
+    replaced by 1 when they are 0); otherwise identical.
+    """
+    _check_mode(mode)
+    values = _zero_outside(values, mask) * mask  # [N, T]
+    if mode == "token-mean":
+        return jnp.sum(values) / _positive_or_one(jnp.sum(mask))
+    if mode == "seq-mean-token-sum-norm":
+        return jnp.sum(values) / (mask.shape[-1] if norm_length is None else norm_length)
+    tokens_per_seq = jnp.sum(mask, axis=-1)  # [N]
+    seq_valid = (tokens_per_seq > 0).astype(values.dtype)  # [N]
+    seq_loss = jnp.sum(values, axis=-1)  # [N]
+    if mode == "seq-mean-token-mean":
+        seq_loss = seq_loss / (tokens_per_seq + _MEAN_EPS)
+    return jnp.sum(seq_loss * seq_valid) / _positive_or_one(jnp.sum(seq_valid))
+
+
+def aggregation_weights(
+    mask: jax.Array,  # [N, T]
+    mode: str,
+    *,
+    norm_length: Optional[float] = None,
+) -> jax.Array:  # [N, T]
+    """Per-token weights w with `aggregate(L, mask, mode) == Σ L·w` for every L (up to float rounding).
+
+    The weights depend only on the mask of the whole batch:
+
+    - "token-mean"               `w = m / Σ m`
+    - "seq-mean-token-mean"      `w_it = m_it·v_i / ((Σ_t m_it + 1e-8)·Σ_i v_i)`
+    - "seq-mean-token-sum"       `w_it = m_it·v_i / Σ_i v_i`
+    - "seq-mean-token-sum-norm"  `w = m / S`
+
+    Splitting a batch into micro-batches and summing `weighted_sum(L_mb, w_mb)` (and its gradients)
+    reproduces the full-batch aggregate exactly, unlike verl's legacy per-micro-batch mean ÷ grad_accum.
+    """
+    _check_mode(mode)
+    mask = mask.astype(jnp.result_type(mask.dtype, jnp.float32))
+    if mode == "token-mean":
+        return mask / _positive_or_one(jnp.sum(mask))
+    if mode == "seq-mean-token-sum-norm":
+        return mask / (mask.shape[-1] if norm_length is None else norm_length)
+    tokens_per_seq = jnp.sum(mask, axis=-1, keepdims=True)  # [N, 1]
+    seq_valid = (tokens_per_seq > 0).astype(mask.dtype)  # [N, 1]
+    weights = mask * seq_valid / _positive_or_one(jnp.sum(seq_valid))  # [N, T]
+    if mode == "seq-mean-token-mean":
+        weights = weights / (tokens_per_seq + _MEAN_EPS)
+    return weights
+
+
+def weighted_sum(values: jax.Array, weights: jax.Array) -> jax.Array:
+    """`Σ L·w`, with values where w == 0 zeroed first (so NaN in padding never leaks)."""
+    return jnp.sum(_zero_outside(values, weights) * weights)

@@ -1,0 +1,50 @@
+"""Per-token KL estimators (Schulman 2020, "Approximating KL Divergence"; verl `kl_penalty`).
+
+With `Δ = logp − ref_logp` for tokens sampled from π (the policy being penalised):
+
+| kind                     | value                                                            |
+|--------------------------|------------------------------------------------------------------|
+| "k1" ("kl")              | `Δ`                                                              |
+| "abs"                    | `|Δ|`                                                            |
+| "k2" ("mse")             | `½Δ²`                                                            |
+| "k3" ("low_var_kl")      | `k = clip(−Δ, −20, 20)`; `clip(eᵏ − k − 1, −10, 10)`              |
+| any of the above + "+"   | the value of the base estimator with the gradient of k2          |
+
+All of k1 and k3 are unbiased for KL(π‖π_ref) under x ~ π; k3 ≥ 0. The "+" straight-through form
+(`½Δ² − sg(½Δ²) + sg(value)`) is verl's fix from PR #6058: only k2's gradient is an unbiased
+gradient of reverse KL on-policy.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
+KINDS = ("k1", "abs", "k2", "k3", "k1+", "abs+", "k2+", "k3+")
+
+
+def _forward(logp: jax.Array, ref_logp: jax.Array, kind: str) -> jax.Array:
+    log_ratio = logp - ref_logp
+    if kind == "k1":
+        return log_ratio
+    if kind == "abs":
+        return jnp.abs(log_ratio)
+    if kind == "k2":
+        return 0.5 * jnp.square(log_ratio)
+    if kind == "k3":
+        k = jnp.clip(ref_logp - logp, -20.0, 20.0)
+        return jnp.clip(jnp.exp(k) - k - 1.0, -10.0, 10.0)
+    raise ValueError(f"unknown KL estimator {kind!r}; known: {', '.join(KINDS)} (aliases: {_ALIASES})")
+
+
+def estimate(logp: jax.Array, ref_logp: jax.Array, kind: str) -> jax.Array:
+    """Per-token KL(π‖π_ref) estimate of the given `kind` (see module docstring); same shape as `logp`."""
+    straight_through = kind.endswith("+")
+    base = kind[:-1] if straight_through else kind
+    base = _ALIASES.get(base, base)
+    value = _forward(logp, ref_logp, base)
+    if not straight_through or base == "k2":
+        return value
+    k2 = 0.5 * jnp.square(logp - ref_logp)
+    return k2 - jax.lax.stop_gradient(k2) + jax.lax.stop_gradient(value)

@@ -1,0 +1,126 @@
+"""Name -> function registries for advantage estimators and policy losses.
+
+Adding a method = one function in `advantages.py` / `losses.py` + one line in the dict below.
+
+Calling convention
+------------------
+Every registered function takes the *standard inputs* it needs by parameter name and declares its
+own hyper-parameters as keyword arguments with defaults (the paper's / verl's defaults). The trainer
+never calls a registered function directly: it calls the adapter returned by `get_advantage(name)` /
+`get_policy_loss(name)`, passing ALL standard inputs it has plus the config's hyper-parameter dict.
+The adapter forwards to the function only the standard inputs it declares; hyper-parameters are all
+forwarded, so a misspelt hyper-parameter raises a TypeError naming it.
+
+Advantages — the trainer calls::
+
+    get_advantage(name)(scores, group_ids, mask, num_groups=G, lengths=None,
+                        [token_rewards=..., values=..., baseline_scores=..., reward_components=...,
+                         seq_metric=..., key=...,] **config.rl.advantage_kwargs)
+
+    scores[N] outcome reward, group_ids[N] ints in [0, G), mask[N, T], G static;
+    lengths[N] (default Σ_t mask), token_rewards[N, T] (default: scores on the last valid token),
+    values[N, T] critic values, baseline_scores[N] (ReMax greedy reward), reward_components[N, K]
+    (GDPO multi-reward), seq_metric[N] (CANON split metric), key (PRNG key).
+    Returns advantages [N] or [N, T] (losses broadcast [N] over tokens). Estimators in
+    `RETURNS_VALUE_TARGETS` (critic methods: "gae") return `(advantages[N, T], returns[N, T])`.
+
+Policy losses — the trainer calls::
+
+    get_policy_loss(name)(logp, old_logp, advantages, mask,
+                          agg_mode=agg_mode_for(name, config.rl.agg_mode), agg_weights=..., is_weights=...,
+                          [key=..., entropy=..., ref_logp=..., proxy_logp=...,] **config.rl.loss_kwargs)
+
+    and gets `(loss, metrics)`. `agg_weights[N, T]` (optional) are `aggregation_weights(full_mask,
+    agg_mode_for(name, mode))` sliced to the micro-batch; `is_weights[N, T]` (optional) are e.g.
+    truncated-IS weights. Some losses fix their aggregation (verl: gspo, sapo, geo_mean); build the
+    weights with `agg_mode_for(name, configured_mode)`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from rl4llm.rl import advantages, losses
+
+ADVANTAGES: dict[str, Callable[..., Any]] = {
+    "grpo": advantages.grpo,
+    "dr_grpo": functools.partial(advantages.grpo, normalize_std=False),
+    "rloo": advantages.rloo,
+}
+
+POLICY_LOSSES: dict[str, Callable[..., Any]] = {
+    "ppo_clip": losses.ppo_clip,
+}
+
+RETURNS_VALUE_TARGETS: frozenset[str] = frozenset()
+
+# Losses whose aggregation is fixed by the method (verl ignores `loss_agg_mode` for these).
+FORCED_AGG_MODE: dict[str, str] = {}
+
+ADVANTAGE_INPUTS = (
+    "scores", "group_ids", "mask", "num_groups", "lengths", "token_rewards", "values",
+    "baseline_scores", "reward_components", "seq_metric", "key",
+)
+LOSS_INPUTS = (
+    "logp", "old_logp", "advantages", "mask", "agg_mode", "agg_weights", "is_weights",
+    "key", "entropy", "ref_logp", "proxy_logp",
+)
+
+
+def _lookup(table: dict[str, Callable[..., Any]], name: str, what: str) -> Callable[..., Any]:
+    if name not in table:
+        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}")
+    return table[name]
+
+
+def _forward(fn: Callable[..., Any], standard: tuple[str, ...], kwargs: dict[str, Any]) -> Any:
+    """Call `fn` with every hyper-parameter and only the standard inputs it declares."""
+    params = inspect.signature(fn).parameters
+    return fn(**{k: v for k, v in kwargs.items() if k in params or k not in standard})
+
+
+def last_token_rewards(scores: jax.Array, mask: jax.Array) -> jax.Array:  # [N], [N, T] -> [N, T]
+    """Outcome reward placed on the last valid token of each row (verl reward-manager convention)."""
+    positions = jnp.arange(mask.shape[-1])
+    last = jnp.max(jnp.where(mask != 0, positions, -1), axis=-1)  # [N]; -1 if no valid token
+    return jnp.where(positions[None, :] == last[:, None], scores[:, None], 0.0).astype(jnp.result_type(scores, jnp.float32))
+
+
+def get_advantage(name: str) -> Callable[..., Any]:
+    """The adapter for advantage estimator `name` (see the module docstring for what to pass)."""
+    fn = _lookup(ADVANTAGES, name, "advantage estimator")
+    params = inspect.signature(fn).parameters
+
+    def call(scores, group_ids, mask, *, num_groups: int, lengths=None, **kwargs):
+        if lengths is None and "lengths" in params:
+            lengths = jnp.sum(mask, axis=-1)
+        if kwargs.get("token_rewards") is None and "token_rewards" in params:
+            kwargs["token_rewards"] = last_token_rewards(scores, mask)
+        inputs = dict(scores=scores, group_ids=group_ids, mask=mask, num_groups=num_groups, lengths=lengths)
+        return _forward(fn, ADVANTAGE_INPUTS, {**inputs, **kwargs})
+
+    return call
+
+
+def get_policy_loss(name: str) -> Callable[..., Any]:
+    """The adapter for policy loss `name` (see the module docstring for what to pass)."""
+    fn = _lookup(POLICY_LOSSES, name, "policy loss")
+
+    def call(logp, old_logp, advantages, mask, *, agg_mode: str = "token-mean", agg_weights=None,
+             is_weights=None, **kwargs):
+        inputs = dict(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, agg_mode=agg_mode,
+                      agg_weights=agg_weights, is_weights=is_weights)
+        return _forward(fn, LOSS_INPUTS, {**inputs, **kwargs})
+
+    return call
+
+
+def agg_mode_for(loss_name: str, configured_mode: str) -> str:
+    """The aggregation mode loss `loss_name` actually uses given the configured one."""
+    _lookup(POLICY_LOSSES, loss_name, "policy loss")
+    return FORCED_AGG_MODE.get(loss_name, configured_mode)
