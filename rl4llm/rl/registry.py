@@ -14,11 +14,12 @@ forwarded, so a misspelt hyper-parameter raises a TypeError naming it.
 Advantages — the trainer calls::
 
     get_advantage(name)(scores, group_ids, mask, num_groups=G, lengths=None,
-                        [token_rewards=..., values=..., baseline_scores=..., reward_components=...,
+                        [rewards=..., values=..., baseline_scores=..., reward_components=...,
                          seq_metric=..., key=...,] **config.rl.advantage_kwargs)
 
     scores[N] outcome reward, group_ids[N] ints in [0, G), mask[N, T], G static;
-    lengths[N] (default Σ_t mask), token_rewards[N, T] (default: scores on the last valid token),
+    lengths[N] (default Σ_t mask), rewards[N, T] token-level rewards (default: scores on the last valid
+    token, verl's convention; pass them to include e.g. a KL-in-reward penalty),
     values[N, T] critic values, baseline_scores[N] (ReMax greedy reward), reward_components[N, K]
     (GDPO multi-reward), seq_metric[N] (CANON split metric), key (PRNG key).
     Returns advantages [N] or [N, T] (losses broadcast [N] over tokens). Estimators in
@@ -51,19 +52,32 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "grpo": advantages.grpo,
     "dr_grpo": functools.partial(advantages.grpo, normalize_std=False),
     "rloo": advantages.rloo,
+    "reinforce_plus_plus": advantages.reinforce_plus_plus,
+    "reinforce_plus_plus_baseline": advantages.reinforce_plus_plus_baseline,
+    "remax": advantages.remax,
+    "opo": advantages.opo,
+    "gpg": advantages.gpg,
+    "lite_ppo": advantages.lite_ppo,
+    "bnpo": advantages.bnpo,
+    "gdpo": advantages.gdpo,
+    "mapo": advantages.mapo,
+    "canon": advantages.canon,
+    "canon_length": advantages.canon_length,
+    "grpo_passk": advantages.grpo_passk,
+    "gae": advantages.gae,
 }
 
 POLICY_LOSSES: dict[str, Callable[..., Any]] = {
     "ppo_clip": losses.ppo_clip,
 }
 
-RETURNS_VALUE_TARGETS: frozenset[str] = frozenset()
+RETURNS_VALUE_TARGETS: frozenset[str] = frozenset({"gae"})
 
 # Losses whose aggregation is fixed by the method (verl ignores `loss_agg_mode` for these).
 FORCED_AGG_MODE: dict[str, str] = {}
 
 ADVANTAGE_INPUTS = (
-    "scores", "group_ids", "mask", "num_groups", "lengths", "token_rewards", "values",
+    "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values",
     "baseline_scores", "reward_components", "seq_metric", "key",
 )
 LOSS_INPUTS = (
@@ -99,8 +113,8 @@ def get_advantage(name: str) -> Callable[..., Any]:
     def call(scores, group_ids, mask, *, num_groups: int, lengths=None, **kwargs):
         if lengths is None and "lengths" in params:
             lengths = jnp.sum(mask, axis=-1)
-        if kwargs.get("token_rewards") is None and "token_rewards" in params:
-            kwargs["token_rewards"] = last_token_rewards(scores, mask)
+        if kwargs.get("rewards") is None and "rewards" in params:
+            kwargs["rewards"] = last_token_rewards(scores, mask)
         inputs = dict(scores=scores, group_ids=group_ids, mask=mask, num_groups=num_groups, lengths=lengths)
         return _forward(fn, ADVANTAGE_INPUTS, {**inputs, **kwargs})
 
