@@ -1,0 +1,47 @@
+"""Host-side batch assembly: text -> padded token arrays with static, bucketed shapes.
+
+A sequence is `[prompt | completion]`: the prompt is `[bos] + tokens`, left-padded to a multiple
+of the prompt bucket; the completion is right-padded to `max_new_tokens`. Shapes depend only on
+the bucket, so a run compiles a handful of programs, not one per step.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from rl4llm import sampling
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str], bucket: int) -> tuple[np.ndarray, np.ndarray]:
+    """Left-padded prompt tokens [N, P] and mask [N, P] (P = bucketed longest prompt)."""
+    ids = [[tokenizer.bos_id] + tokenizer.encode(p) for p in prompts]
+    return sampling.pad_prompts(ids, tokenizer.pad_id, bucket)
+
+
+def encode_completions(tokenizer, completions: Sequence[str], length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded `tokens + [eos]` [N, length] and mask [N, length]; raises if one does not fit."""
+    tokens = np.full((len(completions), length), tokenizer.pad_id, np.int32)
+    mask = np.zeros((len(completions), length), np.float32)
+    for i, text in enumerate(completions):
+        ids = tokenizer.encode(text) + [tokenizer.eos_id]
+        if len(ids) > length:
+            raise ValueError(f"completion {text!r} has {len(ids)} tokens (with eos) > max_new_tokens={length}; "
+                             "raise config.sampling.max_new_tokens")
+        tokens[i, :len(ids)] = ids
+        mask[i, :len(ids)] = 1.0
+    return tokens, mask
+
+
+def decode_completions(tokenizer, tokens: np.ndarray, mask: np.ndarray) -> list[str]:
+    """Text of each completion's policy tokens (the stop token decodes to nothing)."""
+    return [tokenizer.decode(row[m > 0].tolist()) for row, m in zip(tokens, mask)]
+
+
+def join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask):
+    """[prompt | completion] tokens [N, P+T] int32 and attention mask [N, P+T] int32."""
+    tokens = jnp.concatenate([prompt_tokens, completion_tokens], axis=1).astype(jnp.int32)
+    attention = jnp.concatenate([prompt_mask, completion_mask], axis=1).astype(jnp.int32)
+    return tokens, attention

@@ -1,0 +1,142 @@
+"""Validation of a run's config, before anything is built or compiled.
+
+Every error names the field (as it is written on the command line, `config.rl.num_generations`)
+and says what is allowed, and all problems of a config are reported at once.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import ml_collections
+
+from rl4llm import models
+from rl4llm.rl import aggregation
+from rl4llm.rl import kl as kl_lib
+from rl4llm.rl import registry
+
+
+class ConfigError(ValueError):
+    """An invalid config; the message lists every offending field."""
+
+
+def _check_positive_int(errors, config, path, *, minimum=1):
+    value = _get(config, path)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        errors.append(f"config.{path}={value!r}: must be an integer >= {minimum}")
+
+
+def _check_range(errors, config, path, low, high, *, low_open=False):
+    value = _get(config, path)
+    ok = isinstance(value, (int, float)) and (low < value if low_open else low <= value) and value <= high
+    if not ok:
+        bracket = "(" if low_open else "["
+        errors.append(f"config.{path}={value!r}: must lie in {bracket}{low}, {high}]")
+
+
+def _check_choice(errors, config, path, allowed):
+    value = _get(config, path)
+    if value not in allowed:
+        errors.append(f"config.{path}={value!r}: unknown; allowed: {', '.join(sorted(allowed))}")
+
+
+def _get(config, path):
+    node = config
+    for part in path.split("."):
+        node = node[part]
+    return node
+
+
+def _check_kwargs(errors, path, fn, kwargs, standard_inputs):
+    """Every key of `kwargs` must be a keyword hyper-parameter of `fn`."""
+    params = inspect.signature(fn).parameters
+    allowed = sorted(p for p in params if p not in standard_inputs)
+    for key in kwargs:
+        if key not in params or key in standard_inputs:
+            errors.append(f"config.{path}.{key}: not a hyper-parameter of this method; allowed: {', '.join(allowed)}")
+
+
+def _method_errors(config) -> list[str]:
+    errors = []
+    rl = config.rl
+    _check_choice(errors, config, "rl.advantage", registry.ADVANTAGES)
+    _check_choice(errors, config, "rl.loss", registry.POLICY_LOSSES)
+    if rl.advantage in registry.ADVANTAGES:
+        fn = registry.ADVANTAGES[rl.advantage]
+        _check_kwargs(errors, "rl.advantage_kwargs", getattr(fn, "func", fn), rl.advantage_kwargs.to_dict(),
+                                    registry.ADVANTAGE_INPUTS)
+    if rl.loss in registry.POLICY_LOSSES:
+        _check_kwargs(errors, "rl.loss_kwargs", registry.POLICY_LOSSES[rl.loss], rl.loss_kwargs.to_dict(),
+                                    registry.LOSS_INPUTS)
+    _check_choice(errors, config, "rl.agg_mode", aggregation.AGG_MODES)
+    _check_choice(errors, config, "rl.kl_kind", kl_lib.KINDS)
+    return errors
+
+
+def _batch_errors(config) -> list[str]:
+    errors = []
+    rl = config.rl
+    for path in ("rl.num_prompts", "rl.num_generations", "rl.ppo_epochs", "rl.num_minibatches"):
+        _check_positive_int(errors, config, path)
+    _check_positive_int(errors, config, "rl.micro_batch_size", minimum=0)
+    if errors:
+        return errors
+    if rl.num_generations < 2:
+        errors.append(f"config.rl.num_generations={rl.num_generations}: group-relative advantages need a group "
+                                    "of at least 2 completions per prompt")
+    batch = rl.num_prompts * rl.num_generations
+    if batch % rl.num_minibatches:
+        errors.append(f"config.rl.num_minibatches={rl.num_minibatches}: must divide the batch of "
+                                    f"num_prompts*num_generations={batch} sequences")
+    elif rl.micro_batch_size and (batch // rl.num_minibatches) % rl.micro_batch_size:
+        errors.append(f"config.rl.micro_batch_size={rl.micro_batch_size}: must divide the minibatch of "
+                                    f"{batch // rl.num_minibatches} sequences (0 = no accumulation)")
+    return errors
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Raises ConfigError listing every invalid field of `config`."""
+    errors = []
+    task = config.task
+    _check_choice(errors, config, "task.name", {"arithmetic"})
+    _check_positive_int(errors, config, "task.min_operands", minimum=2)
+    _check_positive_int(errors, config, "task.max_operands", minimum=2)
+    if isinstance(task.max_operands, int) and isinstance(task.min_operands, int) and task.max_operands < task.min_operands:
+        errors.append(f"config.task.max_operands={task.max_operands}: must be >= config.task.min_operands={task.min_operands}")
+    _check_positive_int(errors, config, "task.max_value")
+    if not task.operators or set(task.operators) - set("+-*"):
+        errors.append(f"config.task.operators={task.operators!r}: must be a non-empty subset of '+-*'")
+    _check_range(errors, config, "task.test_fraction", 0.0, 0.5, low_open=True)
+    _check_choice(errors, config, "model.preset", models.PRESETS)
+
+    _check_range(errors, config, "sampling.temperature", 0.0, 100.0, low_open=True)
+    _check_positive_int(errors, config, "sampling.top_k", minimum=0)
+    _check_range(errors, config, "sampling.top_p", 0.0, 1.0, low_open=True)
+    _check_positive_int(errors, config, "sampling.max_new_tokens")
+    _check_positive_int(errors, config, "sampling.prompt_bucket")
+
+    for stage in ("sft", "rl"):
+        _check_positive_int(errors, config, f"{stage}.steps", minimum=0)
+        _check_range(errors, config, f"{stage}.learning_rate", 0.0, 1.0, low_open=True)
+        _check_positive_int(errors, config, f"{stage}.warmup_steps", minimum=0)
+        _check_range(errors, config, f"{stage}.weight_decay", 0.0, 1.0)
+        _check_range(errors, config, f"{stage}.grad_clip", 0.0, 1e9)
+    _check_positive_int(errors, config, "sft.batch_size")
+    _check_range(errors, config, "rl.kl_coef", 0.0, 1e3)
+    _check_range(errors, config, "rl.entropy_coef", -1e3, 1e3)
+    _check_positive_int(errors, config, "rl.logprob_chunk_size")
+    errors += _batch_errors(config)
+    errors += _method_errors(config)
+
+    _check_positive_int(errors, config, "eval.num_examples")
+    _check_positive_int(errors, config, "eval.every")
+    _check_positive_int(errors, config, "eval.pass_n")
+    bad_k = [k for k in config.eval.pass_k if not isinstance(k, int) or not 1 <= k <= config.eval.pass_n]
+    if bad_k:
+        errors.append(f"config.eval.pass_k={tuple(config.eval.pass_k)!r}: every k must be an integer in "
+                                    f"[1, config.eval.pass_n={config.eval.pass_n}]")
+    _check_positive_int(errors, config, "log_every")
+    _check_positive_int(errors, config, "checkpoint.every")
+    _check_positive_int(errors, config, "checkpoint.max_to_keep")
+    if errors:
+        raise ConfigError("Invalid config:\n  " + "\n  ".join(errors))

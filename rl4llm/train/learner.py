@@ -1,0 +1,136 @@
+"""The learner: one jitted, donated step `(state, batch) -> (state, metrics)`.
+
+The step recomputes the completion log-probs (and entropies) under the current params, the
+reference log-probs when KL is on, evaluates the configured policy loss from `rl4llm.rl` (by
+name), adds the KL and entropy terms, and applies one optax update. Gradient accumulation over
+micro-batches is a `lax.scan` inside the step; the loss of every term is aggregated with
+whole-batch weights (`rl.aggregation.aggregation_weights`), so the update does not depend on
+the micro-batch size (nor on how the batch is sharded across devices).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+
+from rl4llm.rl import aggregation
+from rl4llm.rl import kl as kl_lib
+from rl4llm.rl import registry
+from rl4llm.train import logprobs as logprobs_lib
+
+
+class TrainState(flax.struct.PyTreeNode):
+    """Everything the learner carries between RL steps (and everything a checkpoint holds)."""
+    params: Any
+    opt_state: Any
+    ref_params: Any  # frozen reference policy for KL (the warm-start params); None when KL is off
+    key: jax.Array  # uint32 key data; the draws of RL step s come from fold_in(key, s)
+
+
+class LearnerBatch(flax.struct.PyTreeNode):
+    """One (mini)batch of N completions; P prompt tokens and T completion tokens per row."""
+    tokens: jax.Array  # [N, P+T] int32
+    attention_mask: jax.Array  # [N, P+T] int32 0/1
+    completion_mask: jax.Array  # [N, T] float32: 1 on policy tokens
+    advantages: jax.Array  # [N, T] float32
+    old_logp: jax.Array  # [N, T] float32: log-probs before this step's updates (PPO "old")
+    sampler_logp: jax.Array  # [N, T] float32: log-probs the sampler reported
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Static hyper-parameters of the learner step (hashable, so the step compiles once)."""
+    loss: str
+    loss_kwargs: tuple  # sorted (name, value) pairs
+    agg_mode: str
+    kl_coef: float
+    kl_kind: str
+    entropy_coef: float
+    temperature: float
+    micro_batch_size: int  # 0: no accumulation
+    logprob_chunk_size: int
+    use_old_logp: bool  # False: one on-policy update, old = stop_gradient(current) (ratio 1)
+
+
+def make_optimizer(learning_rate: float, warmup_steps: int, weight_decay: float, grad_clip: float,
+                                      b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> optax.GradientTransformation:
+    """AdamW with linear warm-up to a constant learning rate, after global-norm gradient clipping."""
+    schedule = optax.linear_schedule(0.0, learning_rate, warmup_steps) if warmup_steps > 0 else learning_rate
+    adamw = optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+    return optax.chain(optax.clip_by_global_norm(grad_clip), adamw) if grad_clip > 0 else adamw
+
+
+def _microbatch_loss(model_cfg, cfg: LearnerConfig, params, ref_params, mb: LearnerBatch, agg_weights):
+    """Loss of one micro-batch (its share of the whole-batch aggregate) and summed metrics."""
+    completion_len = mb.completion_mask.shape[1]
+    logp_fn = functools.partial(logprobs_lib.completion_logprobs, model_cfg, completion_len=completion_len,
+                                                            temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size)
+    logp, entropy = logp_fn(params, mb.tokens, mb.attention_mask)
+    old_logp = mb.old_logp if cfg.use_old_logp else jax.lax.stop_gradient(logp)
+    policy_loss = registry.get_policy_loss(cfg.loss)
+    loss, loss_metrics = policy_loss(logp, old_logp, mb.advantages, mb.completion_mask, agg_mode=cfg.agg_mode,
+                                                                      agg_weights=agg_weights, **dict(cfg.loss_kwargs))
+    mask = mb.completion_mask
+    sums = {"pg_loss": loss, "entropy": jnp.sum(entropy * mask)}
+    if cfg.kl_coef > 0:
+        ref_logp, _ = logp_fn(ref_params, mb.tokens, mb.attention_mask)
+        kl = kl_lib.estimate(logp, jax.lax.stop_gradient(ref_logp), cfg.kl_kind)
+        kl_loss = jnp.sum(kl * agg_weights)
+        loss = loss + cfg.kl_coef * kl_loss
+        sums["kl_loss"] = kl_loss
+        sums["kl"] = jnp.sum(kl * mask)
+    if cfg.entropy_coef > 0:
+        loss = loss - cfg.entropy_coef * jnp.sum(entropy * agg_weights)
+    # Loss metrics are masked means over the micro-batch: weight them by its token count.
+    tokens = jnp.sum(mask)
+    sums.update({f"{k}_tokensum": v * tokens for k, v in loss_metrics.items()})
+    sums["tokens"] = tokens
+    sums["logp_gap_sampler_learner"] = jnp.sum(jnp.abs(logp - mb.sampler_logp) * mask)
+    return loss, sums
+
+
+def _split_microbatches(tree, micro_batch_size: int):
+    """Reshapes every leaf [N, ...] -> [N // m, m, ...] (m = micro_batch_size, or N if 0)."""
+    n = jax.tree.leaves(tree)[0].shape[0]
+    m = micro_batch_size or n
+    return jax.tree.map(lambda x: x.reshape((n // m, m) + x.shape[1:]), tree)
+
+
+def learner_step(model_cfg, cfg: LearnerConfig, optimizer: optax.GradientTransformation,
+                                  state: TrainState, batch: LearnerBatch) -> tuple[TrainState, dict]:
+    """One optimizer update on `batch` (gradients accumulated over micro-batches)."""
+    grad_fn = jax.value_and_grad(functools.partial(_microbatch_loss, model_cfg, cfg), has_aux=True)
+
+    def accumulate(carry, xs):
+        grads, sums = carry
+        (_, mb_sums), mb_grads = grad_fn(state.params, state.ref_params, *xs)
+        return (jax.tree.map(jnp.add, grads, mb_grads), jax.tree.map(jnp.add, sums, mb_sums)), None
+
+    # Weights of the WHOLE minibatch, sliced per micro-batch: Σ over micro-batches = full-batch aggregate.
+    agg_mode = registry.agg_mode_for(cfg.loss, cfg.agg_mode)
+    agg_weights = aggregation.aggregation_weights(batch.completion_mask, agg_mode)
+    xs = _split_microbatches((batch, agg_weights), cfg.micro_batch_size)
+    first = jax.tree.map(lambda x: x[0], xs)
+    sums_shape = jax.eval_shape(lambda: grad_fn(state.params, state.ref_params, *first)[0][1])
+    zeros = lambda tree: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
+    (grads, sums), _ = jax.lax.scan(accumulate, (zeros(state.params), zeros(sums_shape)), xs)
+
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    tokens = jnp.maximum(sums.pop("tokens"), 1.0)
+    metrics = {"loss/pg": sums.pop("pg_loss"), "grad_norm": optax.global_norm(grads)}
+    if "kl_loss" in sums:
+        metrics["loss/kl"] = sums.pop("kl_loss")
+    metrics.update({k.removesuffix("_tokensum"): v / tokens for k, v in sums.items()})
+    return state.replace(params=params, opt_state=opt_state), metrics
+
+
+def make_learner_step(model_cfg, cfg: LearnerConfig, optimizer) -> Callable:
+    """The jitted learner step; the state argument is donated."""
+    return jax.jit(functools.partial(learner_step, model_cfg, cfg, optimizer), donate_argnums=0)

@@ -1,0 +1,78 @@
+"""Metrics sinks: `metrics.jsonl` (one JSON object per logged step), TensorBoard events, console.
+
+Every record has `stage` ("sft" or "rl") and `step`; a resumed run appends, so readers take the
+last record of each (stage, step) — `read_metrics` does that.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import numpy as np
+from tensorboardX import SummaryWriter
+
+# Console columns: (metric key, header, format).
+CONSOLE_COLUMNS = (
+        ("reward", "reward", "{:.3f}"),
+        ("eval/greedy_accuracy", "eval_acc", "{:.3f}"),
+        ("entropy", "entropy", "{:.3f}"),
+        ("kl", "kl", "{:.4f}"),
+        ("clip_frac", "clip", "{:.3f}"),
+        ("response_length", "resp_len", "{:.1f}"),
+        ("tokens_per_s", "tok/s", "{:.0f}"),
+)
+
+
+def _to_python(value):
+    value = np.asarray(value).item() if np.ndim(value) == 0 else np.asarray(value).tolist()
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+class MetricsWriter:
+    """Writes metrics of a run to `<workdir>/metrics.jsonl` and `<workdir>/tensorboard/`."""
+
+    def __init__(self, workdir: str):
+        os.makedirs(workdir, exist_ok=True)
+        self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+        self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+    def write(self, stage: str, step: int, metrics: dict, *, console: bool = True) -> None:
+        record = {"stage": stage, "step": int(step), **{k: _to_python(v) for k, v in metrics.items()}}
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+        for key, value in record.items():
+            if isinstance(value, (int, float)) and key != "step":
+                self._tb.add_scalar(f"{stage}/{key}", value, step)
+        self._tb.flush()
+        if console:
+            print(format_console_line(record), flush=True)
+
+    def close(self) -> None:
+        self._jsonl.close()
+        self._tb.close()
+
+
+def format_console_line(record: dict) -> str:
+    """`[rl] step   40 | reward 0.412 | eval_acc 0.355 | ...` (only the metrics present)."""
+    parts = [f"[{record['stage']}] step {record['step']:>4d}"]
+    if "loss" in record:
+        parts.append(f"loss {record['loss']:.4f}")
+    for key, header, fmt in CONSOLE_COLUMNS:
+        if record.get(key) is not None:
+            parts.append(f"{header} {fmt.format(record[key])}")
+    return " | ".join(parts)
+
+
+def read_metrics(workdir: str, stage: str | None = None) -> list[dict]:
+    """Records of `metrics.jsonl`, the last one of each (stage, step), sorted by stage order then step."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    latest = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            record = json.loads(line)
+            if stage is None or record["stage"] == stage:
+                latest[(record["stage"], record["step"])] = record
+    order = {"sft": 0, "rl": 1}
+    return [latest[k] for k in sorted(latest, key=lambda k: (order.get(k[0], 2), k[0], k[1]))]
+

@@ -1,0 +1,40 @@
+"""Supervised warm start: maximise log π(solution | prompt) on the task's reference solutions.
+
+loss = −token-mean over the batch of log π(y_t | x, y_<t), the completion tokens including eos.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+
+from rl4llm.train import logprobs as logprobs_lib
+
+
+class SFTState(flax.struct.PyTreeNode):
+    params: dict
+    opt_state: optax.OptState
+
+
+def sft_loss(model_cfg, chunk_size: int, params, tokens, attention_mask, completion_mask):
+    """Token-mean negative log-likelihood of the completions. tokens [N, P+T], completion_mask [N, T]."""
+    logp, _ = logprobs_lib.completion_logprobs(model_cfg, params, tokens, attention_mask,
+                                               completion_mask.shape[1], chunk_size=chunk_size)
+    return -jnp.sum(logp * completion_mask) / jnp.maximum(jnp.sum(completion_mask), 1.0)
+
+
+def make_sft_step(model_cfg, optimizer: optax.GradientTransformation, chunk_size: int):
+    """Jitted `(state, tokens, attention_mask, completion_mask) -> (state, metrics)`, state donated."""
+    loss_fn = functools.partial(sft_loss, model_cfg, chunk_size)
+
+    def step(state: SFTState, tokens, attention_mask, completion_mask):
+        loss, grads = jax.value_and_grad(loss_fn)(state.params, tokens, attention_mask, completion_mask)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        return SFTState(params=params, opt_state=opt_state), {"loss": loss, "grad_norm": optax.global_norm(grads)}
+
+    return jax.jit(step, donate_argnums=0)
