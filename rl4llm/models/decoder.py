@@ -21,6 +21,7 @@ Parameter layout (logical axis names in brackets):
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import flax.struct
@@ -47,10 +48,29 @@ def _param(value: jax.Array, axes: LogicalAxes) -> nnx.Param:
     return nnx.Param(value, out_sharding=axes, eager_sharding=False)
 
 
-def _normal(rngs: nnx.Rngs, shape: tuple[int, ...], axes: LogicalAxes, cfg: ModelConfig) -> nnx.Param:
+class NormalStream:
+    """Standard-normal init values handed out as consecutive slices of ONE flat draw.
+
+    One threefry call for the whole model instead of one per weight, so compiling `init_params` takes
+    a fraction of a second instead of several (XLA compile time grows with the number of RNG calls).
+    With key=None it only counts the values requested (returns zeros; for abstract evaluation).
+    """
+
+    def __init__(self, key: jax.Array | None, size: int):
+        self.flat = None if key is None else jax.random.normal(key, (size,), jnp.float32)  # [size]
+        self.used = 0
+
+    def __call__(self, shape: tuple[int, ...]) -> jax.Array:
+        start, self.used = self.used, self.used + math.prod(shape)
+        if self.flat is None:
+            return jnp.zeros(shape, jnp.float32)
+        return self.flat[start:self.used].reshape(shape)
+
+
+def _normal(normals: NormalStream, shape: tuple[int, ...], axes: LogicalAxes, cfg: ModelConfig
+            ) -> nnx.Param:
     """HF initialisation of a weight: N(0, init_std^2)."""
-    value = cfg.init_std * jax.random.normal(rngs.params(), shape, jnp.float32)
-    return _param(value.astype(cfg.param_dtype), axes)
+    return _param((cfg.init_std * normals(shape)).astype(cfg.param_dtype), axes)
 
 
 def _constant(fill: float, shape: tuple[int, ...], axes: LogicalAxes, cfg: ModelConfig) -> nnx.Param:
@@ -79,11 +99,11 @@ class DenseGeneral(nnx.Module):
     """y = einsum(equation, x, kernel) (+ bias), in the compute dtype."""
 
     def __init__(self, equation: str, kernel_shape: tuple[int, ...], kernel_axes: LogicalAxes,
-                 bias_ndim: int, cfg: ModelConfig, rngs: nnx.Rngs):
+                 bias_ndim: int, cfg: ModelConfig, normals: NormalStream):
         """`bias_ndim` trailing kernel dims carry a (zero-initialised) bias; 0 = no bias."""
         self.equation = equation
         self.dtype = jnp.dtype(cfg.dtype)
-        self.kernel = _normal(rngs, kernel_shape, kernel_axes, cfg)
+        self.kernel = _normal(normals, kernel_shape, kernel_axes, cfg)
         self.bias = (_constant(0.0, kernel_shape[-bias_ndim:], kernel_axes[-bias_ndim:], cfg)
                      if bias_ndim else None)
 
@@ -146,17 +166,17 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
 class Attention(nnx.Module):
     """Multi-head attention with GQA, RoPE, optional q/k/v bias and optional per-head QK RMSNorm."""
 
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, normals: NormalStream):
         e, h, hkv, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         bias = 2 if cfg.qkv_bias else 0
         self.q_proj = DenseGeneral("ble,ehd->blhd", (e, h, d), ("embed", "heads", "head_dim"),
-                                   bias, cfg, rngs)
+                                   bias, cfg, normals)
         self.k_proj = DenseGeneral("ble,ehd->blhd", (e, hkv, d), ("embed", "kv_heads", "head_dim"),
-                                   bias, cfg, rngs)
+                                   bias, cfg, normals)
         self.v_proj = DenseGeneral("ble,ehd->blhd", (e, hkv, d), ("embed", "kv_heads", "head_dim"),
-                                   bias, cfg, rngs)
+                                   bias, cfg, normals)
         self.o_proj = DenseGeneral("blhd,hde->ble", (h, d, e), ("heads", "head_dim", "embed"),
-                                   0, cfg, rngs)
+                                   0, cfg, normals)
         self.q_norm = RMSNorm(d, "head_dim", cfg) if cfg.qk_norm else None
         self.k_norm = RMSNorm(d, "head_dim", cfg) if cfg.qk_norm else None
 
@@ -185,11 +205,11 @@ class Attention(nnx.Module):
 class MLP(nnx.Module):
     """SwiGLU: down(silu(gate(x)) * up(x))."""
 
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, normals: NormalStream):
         e, i = cfg.hidden_size, cfg.intermediate_size
-        self.gate_proj = DenseGeneral("ble,ei->bli", (e, i), ("embed", "mlp"), 0, cfg, rngs)
-        self.up_proj = DenseGeneral("ble,ei->bli", (e, i), ("embed", "mlp"), 0, cfg, rngs)
-        self.down_proj = DenseGeneral("bli,ie->ble", (i, e), ("mlp", "embed"), 0, cfg, rngs)
+        self.gate_proj = DenseGeneral("ble,ei->bli", (e, i), ("embed", "mlp"), 0, cfg, normals)
+        self.up_proj = DenseGeneral("ble,ei->bli", (e, i), ("embed", "mlp"), 0, cfg, normals)
+        self.down_proj = DenseGeneral("bli,ie->ble", (i, e), ("mlp", "embed"), 0, cfg, normals)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -198,11 +218,11 @@ class MLP(nnx.Module):
 class DecoderLayer(nnx.Module):
     """Pre-norm block: x += attn(norm(x)); x += mlp(norm(x))."""
 
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, normals: NormalStream):
         self.input_norm = RMSNorm(cfg.hidden_size, "embed", cfg)
-        self.attn = Attention(cfg, rngs)
+        self.attn = Attention(cfg, normals)
         self.post_attn_norm = RMSNorm(cfg.hidden_size, "embed", cfg)
-        self.mlp = MLP(cfg, rngs)
+        self.mlp = MLP(cfg, normals)
 
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
                  cache_kv: tuple[jax.Array, jax.Array] | None, layer: int,
@@ -228,13 +248,13 @@ class KVCache(flax.struct.PyTreeNode):
 class Decoder(nnx.Module):
     """Token embedding, `num_layers` decoder blocks, final RMSNorm, tied or untied lm head."""
 
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, normals: NormalStream):
         self.cfg = cfg
-        self.embed = _normal(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), cfg)
-        self.layers = nnx.List([DecoderLayer(cfg, rngs) for _ in range(cfg.num_layers)])
+        self.embed = _normal(normals, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), cfg)
+        self.layers = nnx.List([DecoderLayer(cfg, normals) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.hidden_size, "embed", cfg)
         self.lm_head = (None if cfg.tie_embeddings else
-                        _normal(rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), cfg))
+                        _normal(normals, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), cfg))
 
     def __call__(self, tokens: jax.Array, positions: jax.Array, attention_mask: jax.Array,
                  cache: KVCache | None, cache_index: jax.Array | int | None
@@ -274,27 +294,34 @@ class Decoder(nnx.Module):
 
 
 @functools.lru_cache(maxsize=None)
-def _abstract(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
-    """Graph definition and abstract (shape-only, metadata-carrying) state of the decoder."""
-    return nnx.split(nnx.eval_shape(lambda: Decoder(cfg, nnx.Rngs(0))))
+def _abstract(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State, int]:
+    """Graph definition, abstract (shape-only, metadata-carrying) state, number of N(0, 1) init values."""
+    counter = NormalStream(None, 0)
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Decoder(cfg, counter)))
+    return graphdef, state, counter.used
 
 
 def _model(cfg: ModelConfig, params: Params) -> Decoder:
-    graphdef, _ = _abstract(cfg)
+    graphdef, _, _ = _abstract(cfg)
     return nnx.merge(graphdef, params)
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def init_params(cfg: ModelConfig, key: jax.Array) -> Params:
-    """Randomly initialised params (HF init: weights ~ N(0, init_std^2), biases 0, norm scales 1)."""
-    return nnx.state(Decoder(cfg, nnx.Rngs(params=key))).to_pure_dict()
+    """Randomly initialised params (HF init: weights ~ N(0, init_std^2), biases 0, norm scales 1).
+
+    Jitted; all random weights are slices of one N(0, 1) draw of `key` (see `NormalStream`).
+    """
+    _, _, size = _abstract(cfg)
+    return nnx.to_pure_dict(nnx.state(Decoder(cfg, NormalStream(key, size))))
 
 
 def param_logical_axes(cfg: ModelConfig) -> Any:
     """Same tree structure as `init_params`; each leaf is the tuple of the param's logical axis names."""
-    _, state = _abstract(cfg)
+    _, state, _ = _abstract(cfg)
     axes = jax.tree.map(lambda v: v.get_metadata()["out_sharding"], state,
                         is_leaf=lambda x: isinstance(x, nnx.Variable))
-    return axes.to_pure_dict()
+    return nnx.to_pure_dict(axes)
 
 
 def init_cache(cfg: ModelConfig, batch_size: int, max_len: int) -> KVCache:

@@ -1,0 +1,208 @@
+"""Tests for rl4llm.models: KV cache vs full forward, causality, padding, RoPE, param counts, axes."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from rl4llm.models import (
+    PRESETS,
+    ModelConfig,
+    apply,
+    get_config,
+    init_cache,
+    init_params,
+    param_logical_axes,
+    positions_from_mask,
+)
+from rl4llm.models.decoder import apply_rope, rope_cos_sin
+
+LOGICAL_NAMES = {"vocab", "embed", "mlp", "heads", "kv_heads", "head_dim"}
+
+
+def tiny_cfg(**overrides) -> ModelConfig:
+    """Vocab 50, width 32, 2 layers, 4 query heads sharing 2 kv heads (GQA)."""
+    base = dict(vocab_size=50, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
+                intermediate_size=64)
+    return ModelConfig(**{**base, **overrides})
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def random_params(cfg: ModelConfig, seed: int = 0):
+    """Init params, then perturb EVERY leaf (biases, norm scales too) so no path is trivially zero/one
+    and logits are far from uniform (HF's std 0.02 would make most comparisons vacuous)."""
+    flat, unravel = ravel_pytree(init_params(cfg, jax.random.key(seed)))
+    return unravel(flat + 0.3 * jax.random.normal(jax.random.key(seed + 1), flat.shape))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def full_logits(cfg, params, tokens, mask):
+    """One full (no cache) forward pass with positions from the mask. [B, L] -> [B, L, V]."""
+    logits, cache = apply(cfg, params, tokens, positions_from_mask(mask), mask)
+    assert cache is None
+    return logits
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(),
+    dict(qkv_bias=False, qk_norm=True),
+    dict(qk_norm=True, tie_embeddings=False),
+    dict(num_kv_heads=1),
+])
+def test_kv_cache_decoding_matches_full_forward(overrides):
+    cfg = tiny_cfg(**overrides)
+    params = random_params(cfg)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, cfg.vocab_size, (2, 9)).astype(np.int32)
+    mask = np.ones((2, 9), bool)
+    mask[1, :3] = False  # row 1 is left-padded
+    positions = np.asarray(positions_from_mask(jnp.asarray(mask)))
+    expected = full_logits(cfg, params, tokens, mask)  # [2, 9, V]
+
+    step = jax.jit(functools.partial(apply, cfg))
+    prefill = 4
+    logits, cache = step(params, tokens[:, :prefill], positions[:, :prefill], mask[:, :prefill],
+                         cache=init_cache(cfg, 2, 12), cache_index=jnp.int32(0))
+    chunks = [logits]
+    for i in range(prefill, 9):
+        logits, cache = step(params, tokens[:, i:i + 1], positions[:, i:i + 1], mask[:, i:i + 1],
+                             cache=cache, cache_index=jnp.int32(i))
+        chunks.append(logits)
+    got = jnp.concatenate(chunks, axis=1)
+
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got[mask], expected[mask], atol=1e-5, rtol=0)
+    assert float(jnp.std(expected[mask])) > 0.1  # logits are informative, the comparison is not vacuous
+    np.testing.assert_array_equal(cache.key_mask[:, :9], mask)
+    assert not np.any(cache.key_mask[:, 9:])
+
+
+def test_causal_masking():
+    cfg = tiny_cfg()
+    params = random_params(cfg)
+    tokens = np.arange(1, 9, dtype=np.int32)[None]  # [1, 8]
+    changed = tokens.copy()
+    changed[0, 5] = 40
+    mask = np.ones_like(tokens, bool)
+    a, b = full_logits(cfg, params, tokens, mask), full_logits(cfg, params, changed, mask)
+    np.testing.assert_allclose(a[:, :5], b[:, :5], atol=1e-6, rtol=0)
+    assert np.all(np.abs(a[:, 5:] - b[:, 5:]).max(-1) > 1e-3)
+
+
+def test_left_and_right_padding_invariance():
+    cfg = tiny_cfg(qk_norm=True)
+    params = random_params(cfg)
+    prompt = np.array([[7, 3, 12, 9, 30]], np.int32)
+    plain = full_logits(cfg, params, prompt, np.ones_like(prompt, bool))[0]  # [5, V]
+
+    left = np.concatenate([np.zeros((1, 3), np.int32), prompt], axis=1)
+    left_mask = np.arange(8)[None] >= 3
+    left_logits = full_logits(cfg, params, left, left_mask)
+    assert np.all(np.isfinite(left_logits))  # fully masked pad rows stay finite
+    np.testing.assert_allclose(left_logits[0, 3:], plain, atol=1e-5, rtol=0)
+
+    right = np.concatenate([prompt, np.zeros((1, 3), np.int32)], axis=1)
+    right_logits = full_logits(cfg, params, right, np.arange(8)[None] < 5)
+    np.testing.assert_allclose(right_logits[0, :5], plain, atol=1e-5, rtol=0)
+
+    # Sensitivity: attending to the pad tokens changes the logits.
+    unmasked = full_logits(cfg, params, left, np.ones_like(left_mask))
+    assert np.abs(unmasked[0, 3:] - plain).max() > 1e-3
+
+
+def test_fully_masked_row_is_finite():
+    cfg = tiny_cfg()
+    logits, _ = apply(cfg, random_params(cfg), jnp.ones((2, 4), jnp.int32), jnp.zeros((2, 4), jnp.int32),
+                      jnp.zeros((2, 4), bool))
+    assert np.all(np.isfinite(logits))
+
+
+def test_positions_from_mask():
+    mask = jnp.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 0]])
+    np.testing.assert_array_equal(positions_from_mask(mask), [[0, 0, 0, 1, 2], [0, 1, 2, 3, 3]])
+
+
+def test_rope_matches_hf_rotate_half():
+    """Reference: transformers' Qwen2RotaryEmbedding + apply_rotary_pos_emb, written in numpy."""
+    head_dim, theta = 8, 10000.0
+    x = np.random.default_rng(0).normal(size=(1, 3, 2, head_dim)).astype(np.float32)  # [B, L, H, D]
+    positions = np.array([[0, 5, 11]])
+    inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2) / head_dim)
+    freqs = positions[..., None] * inv_freq
+    emb = np.concatenate([freqs, freqs], -1)[:, :, None]  # [B, L, 1, D]
+    rotate_half = np.concatenate([-x[..., head_dim // 2:], x[..., :head_dim // 2]], -1)
+    expected = x * np.cos(emb) + rotate_half * np.sin(emb)
+    cos, sin = rope_cos_sin(jnp.asarray(positions), head_dim, theta)
+    np.testing.assert_allclose(apply_rope(jnp.asarray(x), cos, sin), expected, atol=1e-5)
+
+
+def expected_param_count(cfg: ModelConfig) -> int:
+    """Hand formula: embedding + L * (attention + 2 norms + SwiGLU) + final norm (+ untied head)."""
+    e, h, kv, d, i = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+    attention = e * h * d + 2 * e * kv * d + h * d * e + cfg.qkv_bias * (h * d + 2 * kv * d)
+    attention += cfg.qk_norm * 2 * d
+    per_layer = attention + 2 * e + 3 * e * i
+    head = 0 if cfg.tie_embeddings else e * cfg.vocab_size
+    return cfg.vocab_size * e + cfg.num_layers * per_layer + e + head
+
+
+def abstract_params(cfg):
+    return jax.eval_shape(functools.partial(init_params, cfg), jax.random.key(0))
+
+
+@pytest.mark.parametrize("name,count", [("tiny", 4_198_656), ("small", 35_668_480)])
+def test_preset_param_counts(name, count):
+    cfg = get_config(name)
+    shapes = abstract_params(cfg)
+    total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
+    assert total == expected_param_count(cfg) == count
+
+
+@pytest.mark.parametrize("cfg", [tiny_cfg(), tiny_cfg(qk_norm=True, tie_embeddings=False, qkv_bias=False)])
+def test_param_count_and_logical_axes(cfg):
+    shapes = abstract_params(cfg)
+    assert sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes)) == expected_param_count(cfg)
+    axes = param_logical_axes(cfg)
+    is_axes = lambda x: isinstance(x, tuple)  # noqa: E731
+    assert jax.tree.structure(axes, is_leaf=is_axes) == jax.tree.structure(shapes)
+    pairs = jax.tree.leaves(jax.tree.map(lambda a, s: (a, s.shape), axes, shapes, is_leaf=is_axes),
+                            is_leaf=is_axes)
+    for names, shape in pairs:
+        assert len(names) == len(shape) and set(names) <= LOGICAL_NAMES, (names, shape)
+    assert axes["embed"] == ("vocab", "embed")
+    assert axes["layers"][0]["attn"]["k_proj"]["kernel"] == ("embed", "kv_heads", "head_dim")
+
+
+def test_hf_initialisation():
+    params = init_params(get_config("tiny"), jax.random.key(0))
+    assert abs(float(jnp.std(params["embed"])) - 0.02) < 1e-3
+    layer = params["layers"][0]
+    assert abs(float(jnp.std(layer["mlp"]["up_proj"]["kernel"])) - 0.02) < 1e-3
+    assert float(jnp.abs(layer["attn"]["q_proj"]["bias"]).max()) == 0.0
+    assert float(jnp.abs(layer["input_norm"]["scale"] - 1).max()) == 0.0
+    assert "lm_head" not in params  # tied
+
+
+def test_presets_and_get_config():
+    assert {"tiny", "small", "arith", "qwen2.5-0.5b", "llama3.2-1b"} <= set(PRESETS)
+    assert get_config("arith", vocab_size=77).vocab_size == 77
+    q = get_config("qwen2.5-0.5b")
+    assert (q.vocab_size, q.num_layers, q.num_heads, q.num_kv_heads, q.rope_theta) == (151936, 24, 14, 2, 1e6)
+    assert not get_config("llama3.2-1b").qkv_bias
+    with pytest.raises(ValueError, match="tiny"):
+        get_config("nope")
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        tiny_cfg(num_kv_heads=3)
+
+
+def test_bfloat16_compute_is_finite_and_close():
+    cfg = tiny_cfg()
+    params = random_params(cfg)
+    tokens = np.arange(1, 7, dtype=np.int32)[None]
+    mask = np.ones_like(tokens, bool)
+    lo = full_logits(tiny_cfg(dtype="bfloat16"), params, tokens, mask)
+    hi = full_logits(cfg, params, tokens, mask)
+    assert lo.dtype == jnp.float32 and np.all(np.isfinite(lo))
+    assert np.abs(lo - hi).max() < 0.1 * np.abs(hi).max()
