@@ -1,0 +1,214 @@
+"""Autoregressive sampler: jitted prefill into a static KV cache, then a `lax.while_loop` decode.
+
+Log-prob convention (the learner recomputes exactly this):
+    logprobs[n, t] = log_softmax(logits_t / tau)[token_t],  tau = temperature if temperature > 0 else 1,
+computed in float32 on the UNFILTERED distribution (top-k / top-p only restrict which token is drawn,
+they do not change the reported log-prob), and 0 where completion_mask is 0.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rl4llm.models import ModelConfig, Params, forward, init_cache, positions_from_mask, unembed
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """How to sample. Frozen (hashable): a static argument of the jitted `generate`.
+
+    Attributes:
+      max_new_tokens: T, completion length budget (static shape of the outputs).
+      temperature: logits are divided by it; 0.0 = greedy (argmax).
+      top_k: keep the k most likely tokens; 0 = off.
+      top_p: nucleus, keep the smallest prefix of tokens (by probability) whose mass reaches top_p;
+        1.0 = off. Applied after top-k, to the renormalised top-k distribution.
+      stop_token_ids: a sequence finishes when it emits one of these (included in its completion);
+        empty = always generate T tokens.
+      pad_id: token written after a sequence finished.
+    """
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    stop_token_ids: tuple[int, ...] = ()
+    pad_id: int = 0
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}.")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingConfig.temperature must be >= 0 (0 = greedy), got {self.temperature}.")
+        if self.top_k < 0:
+            raise ValueError(f"SamplingConfig.top_k must be >= 0 (0 = off), got {self.top_k}.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"SamplingConfig.top_p must be in (0, 1] (1 = off), got {self.top_p}.")
+        if not isinstance(self.stop_token_ids, tuple):
+            raise ValueError("SamplingConfig.stop_token_ids must be a tuple of ints (hashable), "
+                             f"got {type(self.stop_token_ids).__name__}.")
+
+
+class Rollout(flax.struct.PyTreeNode):
+    """Prompts and sampled completions.
+
+    prompt_tokens:     [N, P] int32, left-padded with pad_id.
+    prompt_mask:       [N, P] bool.
+    completion_tokens: [N, T] int32, pad_id after the stop token.
+    completion_mask:   [N, T] bool, 1 on every generated token up to AND including the stop token.
+    logprobs:          [N, T] float32, sampler log-probs (module docstring convention), 0 where mask is 0.
+    lengths:           [N] int32, completion_mask.sum(-1).
+    finished:          [N] bool, True if a stop token was emitted ("stop"), False if cut at T ("length").
+    num_decode_steps:  [] int32, incremental decode forward passes run (<= T - 1; fewer if all stopped).
+    """
+
+    prompt_tokens: jax.Array
+    prompt_mask: jax.Array
+    completion_tokens: jax.Array
+    completion_mask: jax.Array
+    logprobs: jax.Array
+    lengths: jax.Array
+    finished: jax.Array
+    num_decode_steps: jax.Array
+
+
+def bucket_length(n: int, multiple: int) -> int:
+    """n rounded up to a multiple of `multiple` (so a run compiles only a handful of prompt shapes)."""
+    if multiple < 1:
+        raise ValueError(f"bucket_length: multiple must be >= 1, got {multiple}.")
+    return math.ceil(n / multiple) * multiple
+
+
+def pad_prompts(prompts: list[list[int]], pad_id: int, bucket_multiple: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Left-pads token lists to P = bucket_length(longest, bucket_multiple).
+
+    Returns tokens [N, P] int32 and mask [N, P] bool (True on real tokens), as host numpy arrays.
+    """
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("pad_prompts: need at least one prompt and every prompt needs >= 1 token.")
+    width = bucket_length(max(len(p) for p in prompts), bucket_multiple)
+    tokens = np.full((len(prompts), width), pad_id, np.int32)
+    mask = np.zeros((len(prompts), width), bool)
+    for row, prompt in enumerate(prompts):
+        tokens[row, width - len(prompt):] = prompt
+        mask[row, width - len(prompt):] = True
+    return tokens, mask
+
+
+def filter_top_k(logits: jax.Array, k: int) -> jax.Array:
+    """Logits below the k-th largest set to -inf (ties with the k-th are kept). [N, V] -> [N, V]."""
+    kth = jax.lax.top_k(logits, k)[0][:, -1:]  # [N, 1]
+    return jnp.where(logits < kth, -jnp.inf, logits)
+
+
+def filter_top_p(logits: jax.Array, p: float) -> jax.Array:
+    """Nucleus filter: keep the most likely tokens while the mass BEFORE them is < p (>= 1 kept).
+
+    logits: [N, V] (may hold -inf). Returns [N, V] with dropped tokens at -inf.
+    """
+    sorted_logits = jnp.sort(logits, axis=-1)[:, ::-1]  # [N, V] descending
+    probs = jax.nn.softmax(sorted_logits, axis=-1)
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    keep = mass_before < p
+    threshold = jnp.min(jnp.where(keep, sorted_logits, jnp.inf), axis=-1, keepdims=True)  # [N, 1]
+    return jnp.where(logits < threshold, -jnp.inf, logits)
+
+
+def sample_tokens(logits: jax.Array, key: jax.Array, cfg: SamplingConfig
+                  ) -> tuple[jax.Array, jax.Array]:
+    """Draws one token per row and its sampler log-prob.
+
+    logits: [N, V] float32. Returns tokens [N] int32 and logprobs [N] float32, where
+    logprob = log_softmax(logits / tau)[token], tau = temperature or 1 when greedy (unfiltered).
+    """
+    tau = cfg.temperature if cfg.temperature > 0 else 1.0
+    scaled = logits.astype(jnp.float32) / tau
+    log_probs = jax.nn.log_softmax(scaled, axis=-1)  # [N, V]
+    if cfg.temperature == 0:
+        tokens = jnp.argmax(scaled, axis=-1)
+    else:
+        filtered = scaled
+        if cfg.top_k > 0:
+            filtered = filter_top_k(filtered, min(cfg.top_k, logits.shape[-1]))
+        if cfg.top_p < 1.0:
+            filtered = filter_top_p(filtered, cfg.top_p)
+        tokens = jax.random.categorical(key, filtered, axis=-1)
+    tokens = tokens.astype(jnp.int32)
+    return tokens, jnp.take_along_axis(log_probs, tokens[:, None], axis=-1)[:, 0]
+
+
+class _DecodeState(flax.struct.PyTreeNode):
+    step: jax.Array        # [] int32, index of the token to sample next
+    cache: object          # KVCache
+    logits: jax.Array      # [N, V] logits for token `step`
+    tokens: jax.Array      # [N, T] int32
+    logprobs: jax.Array    # [N, T] float32
+    emitted: jax.Array     # [N, T] bool
+    done: jax.Array        # [N] bool
+
+
+@functools.partial(jax.jit, static_argnames=("model_cfg", "sampling_cfg"))
+def generate(model_cfg: ModelConfig, params: Params, prompt_tokens: jax.Array,
+             prompt_mask: jax.Array, key: jax.Array, sampling_cfg: SamplingConfig) -> Rollout:
+    """Samples T = sampling_cfg.max_new_tokens tokens after each (left-padded) prompt.
+
+    prompt_tokens: [N, P] int32; prompt_mask: [N, P] bool/0-1. Prefill writes the prompt to a KV cache
+    of P + T slots; RoPE positions come from the mask, so padding does not shift them. Token t is drawn
+    with key fold_in(key, t); the decode loop stops once every row has emitted a stop token or T tokens
+    exist. Jitted with both configs static: the same shapes and configs never recompile.
+    Log-probs follow the module docstring convention.
+    """
+    cfg = sampling_cfg
+    n, p = prompt_tokens.shape
+    t_max = cfg.max_new_tokens
+    prompt_mask = prompt_mask.astype(bool)
+    prompt_len = prompt_mask.sum(-1).astype(jnp.int32)  # [N]
+    stop_ids = jnp.asarray(cfg.stop_token_ids, jnp.int32)
+
+    hidden, cache = forward(model_cfg, params, prompt_tokens, positions_from_mask(prompt_mask),
+                            prompt_mask, cache=init_cache(model_cfg, n, p + t_max), cache_index=0)
+    last_real = p - 1 - jnp.argmax(prompt_mask[:, ::-1], axis=-1)  # [N]
+    last_hidden = jnp.take_along_axis(hidden, last_real[:, None, None], axis=1)[:, 0]  # [N, E]
+
+    def sample(state: _DecodeState) -> _DecodeState:
+        """Draws token `step` from `state.logits` and records it."""
+        token, logprob = sample_tokens(state.logits, jax.random.fold_in(key, state.step), cfg)
+        live = ~state.done
+        token = jnp.where(live, token, cfg.pad_id)
+        done = state.done | (live & jnp.isin(token, stop_ids))
+        return state.replace(
+            tokens=state.tokens.at[:, state.step].set(token),
+            logprobs=state.logprobs.at[:, state.step].set(jnp.where(live, logprob, 0.0)),
+            emitted=state.emitted.at[:, state.step].set(live),
+            done=done,
+            step=state.step + 1)
+
+    def decode(state: _DecodeState) -> _DecodeState:
+        """Feeds token step-1 through the cache, then samples token `step`."""
+        prev = state.tokens[:, state.step - 1][:, None]  # [N, 1]
+        hidden, cache = forward(model_cfg, params, prev, (prompt_len + state.step - 1)[:, None],
+                                jnp.ones((n, 1), bool), cache=state.cache,
+                                cache_index=p + state.step - 1)
+        return sample(state.replace(cache=cache, logits=unembed(model_cfg, params, hidden[:, 0])))
+
+    def keep_going(state: _DecodeState) -> jax.Array:
+        return (state.step < t_max) & ~jnp.all(state.done)
+
+    state = sample(_DecodeState(
+        step=jnp.int32(0), cache=cache, logits=unembed(model_cfg, params, last_hidden),
+        tokens=jnp.full((n, t_max), cfg.pad_id, jnp.int32),
+        logprobs=jnp.zeros((n, t_max), jnp.float32),
+        emitted=jnp.zeros((n, t_max), bool), done=jnp.zeros((n,), bool)))
+    state = jax.lax.while_loop(keep_going, decode, state)
+    return Rollout(
+        prompt_tokens=prompt_tokens.astype(jnp.int32), prompt_mask=prompt_mask,
+        completion_tokens=state.tokens, completion_mask=state.emitted, logprobs=state.logprobs,
+        lengths=state.emitted.sum(-1).astype(jnp.int32), finished=state.done,
+        num_decode_steps=state.step - 1)

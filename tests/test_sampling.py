@@ -1,0 +1,198 @@
+"""Tests for rl4llm.sampling: greedy vs hand loop, determinism, stop tokens, top-k/top-p, log-prob
+agreement with a full forward pass (the learner's recomputation), no recompilation, early exit."""
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from rl4llm.models import ModelConfig, apply, init_params, positions_from_mask
+from rl4llm.sampling import (
+    SamplingConfig,
+    bucket_length,
+    filter_top_k,
+    filter_top_p,
+    generate,
+    pad_prompts,
+    sample_tokens,
+)
+
+CFG = ModelConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
+                  intermediate_size=64, qk_norm=True)
+PROMPTS = [[5, 9, 2], [11, 3, 7, 8, 20, 1], [4], [30, 31, 32, 33]]
+T = 8
+# Each distinct SamplingConfig compiles `generate` once; the tests share these.
+STOP = tuple(range(0, CFG.vocab_size, 4))  # ~1/4 of the vocabulary
+STOPPING = dict(temperature=0.8, top_k=20, top_p=0.95, stop_token_ids=STOP, pad_id=49)
+TOP_K_1 = dict(temperature=0.6, top_k=1)
+TINY_TOP_P = dict(temperature=1.3, top_p=1e-6)
+
+
+@functools.cache
+def params():
+    """Perturbed init (every leaf, biases too) so next-token distributions are far from uniform."""
+    flat, unravel = ravel_pytree(init_params(CFG, jax.random.key(0)))
+    return unravel(flat + 0.5 * jax.random.normal(jax.random.key(1), flat.shape))
+
+
+@functools.cache
+def prompts():
+    return pad_prompts(PROMPTS, pad_id=0, bucket_multiple=4)  # P = 8
+
+
+def run(key: int = 0, **sampling):
+    tokens, mask = prompts()
+    return generate(CFG, params(), tokens, mask, jax.random.key(key),
+                    SamplingConfig(**{"max_new_tokens": T, **sampling}))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def full_logits(cfg, params, tokens, mask):
+    """The learner's view: one full forward pass over [B, L], positions from the mask."""
+    return apply(cfg, params, tokens, positions_from_mask(mask), mask)[0]
+
+
+def completion_logits(rollout):
+    """Full-forward logits predicting each completion token: [N, T, V]."""
+    tokens = jnp.concatenate([rollout.prompt_tokens, rollout.completion_tokens], axis=1)
+    mask = jnp.concatenate([rollout.prompt_mask, rollout.completion_mask], axis=1)
+    p = rollout.prompt_tokens.shape[1]
+    return full_logits(CFG, params(), tokens, mask)[:, p - 1:-1]
+
+
+def greedy_by_hand(prompt: list[int], steps: int) -> list[int]:
+    """No cache, no left padding: re-run the full forward on the growing sequence, take the argmax.
+
+    The sequence sits at the start of a fixed-width buffer (right padding, masked) so this compiles once.
+    """
+    width = max(map(len, PROMPTS)) + T
+    seq = list(prompt)
+    for _ in range(steps):
+        tokens = jnp.asarray([seq + [0] * (width - len(seq))], jnp.int32)
+        mask = jnp.arange(width)[None] < len(seq)
+        logits = full_logits(CFG, params(), tokens, mask)
+        seq.append(int(jnp.argmax(logits[0, len(seq) - 1])))
+    return seq[len(prompt):]
+
+
+def test_greedy_matches_hand_rolled_loop_of_full_forwards():
+    rollout = run(temperature=0.0)
+    for row, prompt in enumerate(PROMPTS):
+        assert rollout.completion_tokens[row].tolist() == greedy_by_hand(prompt, T)
+    assert np.all(rollout.completion_mask) and not np.any(rollout.finished)
+    np.testing.assert_array_equal(rollout.lengths, T)
+    assert int(rollout.num_decode_steps) == T - 1
+
+
+def test_same_key_same_tokens_different_key_different():
+    a, b, c = run(key=3), run(key=3), run(key=4)
+    np.testing.assert_array_equal(a.completion_tokens, b.completion_tokens)
+    np.testing.assert_array_equal(a.logprobs, b.logprobs)
+    assert np.any(a.completion_tokens != c.completion_tokens)
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=1.0), dict(temperature=0.0), STOPPING, TOP_K_1,
+                                      TINY_TOP_P])
+def test_sampler_logprobs_match_full_forward(sampling):
+    """Sampler/learner agreement: logprobs == log_softmax(full_forward_logits / tau)[token]."""
+    rollout = run(key=7, **sampling)
+    tau = sampling["temperature"] or 1.0
+    logp = jax.nn.log_softmax(completion_logits(rollout) / tau, axis=-1)
+    expected = jnp.take_along_axis(logp, rollout.completion_tokens[..., None], axis=-1)[..., 0]
+    expected = jnp.where(rollout.completion_mask, expected, 0.0)
+    np.testing.assert_allclose(rollout.logprobs, expected, atol=1e-5, rtol=0)
+    assert float(jnp.abs(rollout.logprobs).max()) > 0.1  # not vacuous
+
+
+def test_stop_tokens_end_sequences_and_mask_includes_them():
+    r = run(key=1, **STOPPING)
+    tokens, mask = np.asarray(r.completion_tokens), np.asarray(r.completion_mask)
+    assert r.finished.any()
+    for row in range(len(PROMPTS)):
+        is_stop = np.isin(tokens[row], STOP)
+        if r.finished[row]:
+            first = int(np.argmax(is_stop))
+            assert mask[row].tolist() == [True] * (first + 1) + [False] * (T - first - 1)
+            assert np.all(tokens[row, first + 1:] == 49) and np.all(r.logprobs[row, first + 1:] == 0)
+        else:
+            assert mask[row].all() and not is_stop.any()
+        assert int(r.lengths[row]) == mask[row].sum()
+    # The loop runs until everyone finished: one decode step per token after the first.
+    expected_steps = int(r.lengths.max()) - 1 if r.finished.all() else T - 1
+    assert int(r.num_decode_steps) == expected_steps
+
+
+def test_decode_loop_stops_early_when_everyone_finished():
+    r = run(temperature=1.0, stop_token_ids=tuple(range(CFG.vocab_size)))
+    assert int(r.num_decode_steps) == 0
+    assert r.finished.all() and (r.lengths == 1).all()
+    assert not r.completion_mask[:, 1:].any()
+
+
+def test_top_k_one_and_tiny_top_p_equal_greedy():
+    greedy = run(temperature=0.0)
+    top_k = run(key=5, **TOP_K_1)
+    top_p = run(key=6, **TINY_TOP_P)
+    np.testing.assert_array_equal(top_k.completion_tokens, greedy.completion_tokens)
+    np.testing.assert_array_equal(top_p.completion_tokens, greedy.completion_tokens)
+    # The reported log-prob uses the temperature and ignores the filter.
+    assert np.all(top_k.logprobs < 0) and np.any(np.abs(top_k.logprobs - greedy.logprobs) > 1e-3)
+
+
+def test_more_left_padding_does_not_change_greedy_generation():
+    tokens, mask = pad_prompts(PROMPTS, pad_id=0, bucket_multiple=13)  # P = 13 instead of 8
+    wide = generate(CFG, params(), tokens, mask, jax.random.key(0),
+                    SamplingConfig(max_new_tokens=T, temperature=0.0))
+    np.testing.assert_array_equal(wide.completion_tokens, run(temperature=0.0).completion_tokens)
+
+
+def test_sample_tokens_follows_the_distribution():
+    logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]]))
+    n = 20000
+    keys = jax.random.split(jax.random.key(0), n)
+    draw = jax.vmap(lambda k: sample_tokens(logits, k, SamplingConfig(max_new_tokens=1))[0][0])
+    freq = np.bincount(np.asarray(draw(keys)), minlength=4) / n
+    np.testing.assert_allclose(freq, [0.5, 0.3, 0.15, 0.05], atol=0.015)
+
+
+def test_filters():
+    logits = jnp.log(jnp.array([[0.05, 0.5, 0.15, 0.3]]))
+    kept = lambda x: np.isfinite(np.asarray(x[0])).tolist()  # noqa: E731
+    assert kept(filter_top_k(logits, 2)) == [False, True, False, True]
+    assert kept(filter_top_p(logits, 0.4)) == [False, True, False, False]
+    assert kept(filter_top_p(logits, 0.6)) == [False, True, False, True]
+    assert kept(filter_top_p(logits, 0.9)) == [False, True, True, True]
+    assert kept(filter_top_p(filter_top_k(logits, 1), 0.9)) == [False, True, False, False]
+
+
+def test_no_recompilation_for_same_shapes():
+    run(key=0)
+    size = generate._cache_size()
+    flat, unravel = ravel_pytree(params())
+    tokens, mask = prompts()
+    generate(CFG, unravel(flat * 1.01), tokens, mask, jax.random.key(9), SamplingConfig(max_new_tokens=T))
+    assert generate._cache_size() == size
+    generate(CFG, params(), tokens[:, 4:], mask[:, 4:], jax.random.key(9), SamplingConfig(max_new_tokens=T))
+    assert generate._cache_size() == size + 1  # the counter does see a new shape
+
+
+def test_bucket_length_and_pad_prompts():
+    assert [bucket_length(n, 8) for n in (1, 8, 9, 16)] == [8, 8, 16, 16]
+    tokens, mask = pad_prompts([[1, 2], [3, 4, 5]], pad_id=9, bucket_multiple=4)
+    np.testing.assert_array_equal(tokens, [[9, 9, 1, 2], [9, 3, 4, 5]])
+    np.testing.assert_array_equal(mask, [[0, 0, 1, 1], [0, 1, 1, 1]])
+    assert tokens.dtype == np.int32 and mask.dtype == bool
+    with pytest.raises(ValueError):
+        pad_prompts([[1], []], pad_id=0, bucket_multiple=4)
+
+
+def test_sampling_config_validation():
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingConfig(max_new_tokens=4, top_p=0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingConfig(max_new_tokens=4, temperature=-1.0)
+    with pytest.raises(ValueError, match="stop_token_ids"):
+        dataclasses.replace(SamplingConfig(max_new_tokens=4), stop_token_ids=[1])
