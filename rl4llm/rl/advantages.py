@@ -49,6 +49,24 @@ def group_mean(values: jax.Array, group_ids: jax.Array, num_groups: int) -> jax.
     return group_sum(values, group_ids, num_groups) / jnp.maximum(group_count(group_ids, num_groups), 1.0)
 
 
+def group_rank(values: jax.Array, group_ids: jax.Array) -> jax.Array:  # [N] -> [N] ints
+    """0-based position of each element in its group's stable ascending sort (ties by index); O(N²)."""
+    idx = jnp.arange(values.shape[0])
+    same = group_ids[:, None] == group_ids[None, :]  # [N, N]
+    before = (values[None, :] < values[:, None]) | ((values[None, :] == values[:, None]) & (idx[None, :] < idx[:, None]))
+    return jnp.sum(same & before, axis=1)
+
+
+def group_median(values: jax.Array, group_ids: jax.Array, num_groups: int) -> jax.Array:  # [G]
+    """Median of each group with linear interpolation (torch.quantile(·, 0.5)); 0 for an empty group."""
+    rank = group_rank(values, group_ids).astype(jnp.float32)
+    count = to_members(group_count(group_ids, num_groups), group_ids, num_groups)
+    lo, hi = jnp.floor((count - 1) / 2), jnp.ceil((count - 1) / 2)
+    lower = group_sum(jnp.where(rank == lo, values, 0.0), group_ids, num_groups)
+    upper = group_sum(jnp.where(rank == hi, values, 0.0), group_ids, num_groups)
+    return 0.5 * (lower + upper)
+
+
 def group_std(values: jax.Array, group_ids: jax.Array, num_groups: int, ddof: int = 1) -> jax.Array:  # [G]
     """Std of `values[N]` within each group, two-pass, `sqrt(Σ(x − μ_g)² / (n_g − ddof))` (torch.std for ddof=1).
 
@@ -333,13 +351,7 @@ def canon(
     inter-group (the paper's default); μ = 0.5 with equal halves is Dr.GRPO's `s_i − μ_g`.
     """
     scores = _float(scores)
-    n = scores.shape[0]
-    idx = jnp.arange(n)
-    same = group_ids[:, None] == group_ids[None, :]  # [N, N]
-    before = (seq_metric[None, :] < seq_metric[:, None]) | (
-        (seq_metric[None, :] == seq_metric[:, None]) & (idx[None, :] < idx[:, None])
-    )
-    rank = jnp.sum(same & before, axis=1)  # [N] position within the group's sorted order
+    rank = group_rank(seq_metric, group_ids)
     count = to_members(group_count(group_ids, num_groups), group_ids, num_groups)
     high = rank >= jnp.floor(count / 2)
     high_f = high.astype(scores.dtype)
@@ -439,3 +451,31 @@ def gae(
     _, adv = jax.lax.scan(step, (zeros, zeros), (rewards.T, values.T, mask.T), reverse=True)
     adv = adv.T
     return masked_whiten(adv, mask), adv + values
+
+
+def gbpo_targets(
+    scores: jax.Array,  # [N]
+    group_ids: jax.Array,  # [N]
+    *,
+    num_groups: int,
+    temperature: float = 1.0,
+    normalize_std: bool = True,
+    eps: float = 1e-6,
+) -> jax.Array:  # [N]
+    """GBPO target signal (Ao et al. 2026; bounded-ratio-rl `compute_gbpo_outcome_advantage_and_target`).
+
+    `z̃_i = (s_i − median_g)/(σ_g + eps)/temperature` (σ_g unbiased; ÷σ only with `normalize_std`;
+    singleton: median 0, σ 1). Feed to `losses.gbpo(..., target_advantages=z̃)`; the GBPO weights
+    `advantages` are plain `grpo` advantages. The authors' TTRL scripts use temperature 1e-4.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    scores = _float(scores)
+    count = to_members(group_count(group_ids, num_groups), group_ids, num_groups)
+    singleton = count <= 1
+    median = jnp.where(singleton, 0.0, to_members(group_median(scores, group_ids, num_groups), group_ids, num_groups))
+    centred = scores - median
+    if normalize_std:
+        std = jnp.where(singleton, 1.0, to_members(group_std(scores, group_ids, num_groups), group_ids, num_groups))
+        centred = centred / (std + eps)
+    return centred / temperature

@@ -18,7 +18,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl.aggregation import aggregate, masked_mean, weighted_sum
+from rl4llm.rl.aggregation import aggregate, masked_mean, masked_sum, weighted_sum
 
 Metrics = dict[str, jax.Array]
 
@@ -109,3 +109,387 @@ def ppo_clip(
         **_ratio_metrics(ratio, mask),
     }
     return loss, metrics
+
+
+def _approx_kl(log_ratio: jax.Array, mask: jax.Array) -> jax.Array:
+    """verl `ppo_kl`: masked mean of −(logp − old_logp)."""
+    return masked_mean(jax.lax.stop_gradient(-log_ratio), mask)
+
+
+def _frac(condition: jax.Array, mask: jax.Array) -> jax.Array:
+    return masked_mean(condition.astype(jnp.float32), mask)
+
+
+def gspo(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    *,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    agg_mode: str = "seq-mean-token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """GSPO sequence-level ratio, token-level gradient (Zheng et al. 2025, "GSPO"; verl `gspo`).
+
+    ```
+    lr_seq_i = Σ_t m·(logp − old_logp) / max(Σ_t m, 1)                       (not clamped)
+    log s_it = min(logp_it − sg(logp_it) + sg(lr_seq_i), 10);  s = exp(·)
+    L = max(−A·s, −A·clip(s, 1 − clip_low, 1 + clip_high))
+    ```
+    Always aggregated with "seq-mean-token-mean" (`agg_mode` is ignored, as in verl; see
+    `registry.FORCED_AGG_MODE`). No dual clip. Defaults are the GSPO paper's ε (3e-4, 4e-4).
+    """
+    adv = _token_advantages(advantages)
+    log_ratio = logp - old_logp
+    seq_log_ratio = masked_sum(log_ratio, mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1)  # [N]
+    log_s = logp - jax.lax.stop_gradient(logp) + jax.lax.stop_gradient(seq_log_ratio)[:, None]
+    s = jnp.exp(jnp.minimum(log_s, 10.0))
+    loss1 = -adv * s
+    loss2 = -adv * jnp.clip(s, 1.0 - clip_low, 1.0 + clip_high)
+    token_loss = jnp.maximum(loss1, loss2)
+    loss = _reduce(token_loss, mask, "seq-mean-token-mean", agg_weights, is_weights)
+    return loss, {
+        "clip_frac": _frac(loss2 > loss1, mask),
+        "approx_kl": _approx_kl(log_ratio, mask),
+        **_ratio_metrics(s, mask),
+    }
+
+
+def sapo(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    *,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+    agg_mode: str = "seq-mean-token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """SAPO soft-gated surrogate (Gao et al. 2025, "Soft Adaptive Policy Optimization"; verl `sapo`).
+
+    `ρ = exp(clip(lr, ±20))`, `τ = τ_pos if A > 0 else τ_neg`, `f = sigmoid(τ(ρ − 1))·4/τ`, `L = −f·A`.
+    Always "seq-mean-token-mean" (`agg_mode` is ignored, as in verl). df/dρ = 1 at ρ = 1.
+    """
+    adv = _token_advantages(advantages)
+    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    ratio = jnp.exp(log_ratio)
+    tau = jnp.where(adv > 0, tau_pos, tau_neg)
+    gate = jax.nn.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+    loss = _reduce(-gate * adv, mask, "seq-mean-token-mean", agg_weights, is_weights)
+    return loss, {"approx_kl": _approx_kl(log_ratio, mask), **_ratio_metrics(ratio, mask)}
+
+
+def cispo(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    *,
+    clip_low: float = 1.0,
+    clip_high: float = 0.2,
+    agg_mode: str = "token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """CISPO clipped-IS-weight REINFORCE (MiniMax-M1, 2025; verl `cispo`).
+
+    `ρ = exp(clip(lr, ±20))`; `L = −sg(clip(ρ, 1 − clip_low, 1 + clip_high))·A·logp`: every token keeps a
+    gradient, only its weight is truncated. Defaults: upper cap only (clip_low = 1 makes the lower bound
+    0, same as verl's example clip_ratio_low = 10); TRL instead caps at an absolute `epsilon_high`.
+    """
+    adv = _token_advantages(advantages)
+    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    ratio = jnp.exp(log_ratio)
+    clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    token_loss = -jax.lax.stop_gradient(clipped) * adv * logp
+    loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
+    return loss, {
+        "clip_frac": _frac(ratio != clipped, mask),
+        "approx_kl": _approx_kl(log_ratio, mask),
+        **_ratio_metrics(ratio, mask),
+    }
+
+
+def reinforce(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    *,
+    agg_mode: str = "token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """Plain policy gradient `L = −A·logp` (Williams 1992), verl `gpg` (GPG, Chu et al. 2025) and
+    `bypass_mode` REINFORCE (with `is_weights` as the IS correction). No ratio, no clipping;
+    `old_logp` only feeds the approx_kl metric.
+    """
+    adv = _token_advantages(advantages)
+    loss = _reduce(-adv * logp, mask, agg_mode, agg_weights, is_weights)
+    return loss, {"approx_kl": _approx_kl(logp - old_logp, mask)}
+
+
+def gmpo(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    *,
+    clip_low: float = 0.4,
+    clip_high: float = 0.4,
+    agg_mode: str = "seq-mean-token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """GMPO geometric-mean policy optimisation (Zhao et al. 2025, "GMPO"; verl `geo_mean`).
+
+    ```
+    lr = logp − old_logp (not clamped);  l = sgn(A)·min(sgn(A)·lr, sgn(A)·clip(lr, −clip_low, clip_high))
+    ρ_i = exp(Σ_t m·l / (Σ_t m + 1e-8));  Â_i = Σ_t m·A / (Σ_t m + 1e-8);  L_i = −Â_i·ρ_i
+    ```
+    (clip in log space: the paper's (e^−0.4, e^0.4) range.) `is_weights` enter as their per-sequence
+    geometric mean. The loss is the mean of L_i over sequences (`agg_mode` is ignored, as in verl).
+    Difference from verl: rows with no valid token are left out of that mean instead of counting as 0.
+    With `agg_weights` the loss is `Σ_i L_i·Σ_t w_it` (weights of "seq-mean-token-mean").
+    """
+    adv = jnp.broadcast_to(_token_advantages(advantages), logp.shape)
+    log_ratio = logp - old_logp
+    sign = jnp.sign(adv)
+    clamped = jnp.clip(log_ratio, -clip_low, clip_high)
+    bounded = sign * jnp.minimum(sign * log_ratio, sign * clamped)
+    tokens = jnp.sum(mask, axis=-1)  # [N]
+    ratio = jnp.exp(masked_sum(bounded, mask, axis=-1) / (tokens + 1e-8))  # [N]
+    seq_adv = masked_sum(adv, mask, axis=-1) / (tokens + 1e-8)  # [N]
+    seq_loss = -seq_adv * ratio
+    if is_weights is not None:
+        log_w = jnp.log(jax.lax.stop_gradient(is_weights) + 1e-10)
+        seq_loss = seq_loss * jnp.exp(masked_sum(log_w, mask, axis=-1) / (tokens + 1e-8))
+    if agg_weights is not None:
+        loss = jnp.sum(seq_loss * jnp.sum(agg_weights, axis=-1))
+    else:
+        valid = (tokens > 0).astype(seq_loss.dtype)
+        loss = jnp.sum(seq_loss * valid) / jnp.maximum(jnp.sum(valid), 1.0)
+    clipped = log_ratio != clamped
+    return loss, {
+        "clip_frac": _frac(clipped & (adv > 0), mask),
+        "clip_frac_lower": _frac(clipped & (adv < 0), mask),
+        "approx_kl": _approx_kl(log_ratio, mask),
+        **_ratio_metrics(jnp.exp(log_ratio), mask),
+    }
+
+
+def _ranks(keys: jax.Array) -> jax.Array:
+    """0-based rank of each element of a flat array in ascending order (ties by position)."""
+    return jnp.argsort(jnp.argsort(keys, stable=True), stable=True)
+
+
+def clip_cov(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    key: jax.Array,  # PRNG key for the random choice of tokens
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    clip_cov_ratio: float = 2e-4,
+    clip_cov_lb: float = 1.0,
+    clip_cov_ub: float = 5.0,
+    agg_mode: str = "token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs"; verl `clip_cov`).
+
+    ```
+    ρ = exp(lr) (not clamped);  L1 = −A·ρ;  L2 = −A·clip(ρ, 1 − clip_low, 1 + clip_high)
+    cov = (A − mean_m A)·(logp − mean_m sg(logp))              (token level, over the given batch)
+    candidates: valid tokens with lb < cov < ub that are not already PPO-clipped (L2 > L1)
+    pick min(max(⌊ratio·Σm⌋, 1), #candidates) candidates uniformly at random (from `key`)
+    L = max(L1, L2)·corr, corr = 0 on picked tokens (their gradient is cut) and 1 elsewhere
+    ```
+    Deterministic given `key` (verl uses torch.randperm). Statistics are over the arrays given,
+    i.e. per micro-batch when micro-batching, as in verl. The authors' recipe sets clip_low =
+    clip_high = 1. Metric clip_frac = fraction of tokens picked.
+    """
+    adv = jnp.broadcast_to(_token_advantages(advantages), logp.shape)
+    ratio = jnp.exp(logp - old_logp)
+    loss1 = -adv * ratio
+    loss2 = -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    valid = mask != 0
+    cov = jax.lax.stop_gradient(
+        (adv - masked_mean(adv, mask)) * (logp - masked_mean(jax.lax.stop_gradient(logp), mask))
+    )
+    candidate = valid & ~(loss2 > loss1) & (cov > clip_cov_lb) & (cov < clip_cov_ub)
+    n_clip = jnp.maximum(jnp.floor(clip_cov_ratio * jnp.sum(mask)), 1.0)
+    draw = jnp.where(candidate, jax.random.uniform(key, logp.shape), 2.0).reshape(-1)
+    picked = (candidate.reshape(-1) & (_ranks(draw) < n_clip)).reshape(logp.shape)
+    corr = 1.0 - picked.astype(logp.dtype)
+    token_loss = jnp.maximum(loss1, loss2) * corr
+    loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
+    return loss, {
+        "clip_frac": _frac(picked, mask),
+        "approx_kl": _approx_kl(logp - old_logp, mask),
+        **_ratio_metrics(ratio, mask),
+    }
+
+
+def kl_cov(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    *,
+    kl_cov_ratio: float = 2e-4,
+    ppo_kl_coef: float = 0.1,
+    agg_mode: str = "token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """KL-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs"; verl `kl_cov`).
+
+    ```
+    ρ = exp(lr) (not clamped);  L = −A·ρ (no PPO clipping)
+    cov = (A − mean_valid A)·(logp − mean_valid logp)   (detached, over valid tokens of the given batch)
+    the k = max(1, ⌊N_valid·kl_cov_ratio⌋) valid tokens with the largest cov get L = −A·ρ + coef·|lr|
+    ```
+    Deterministic (ties go to the earlier token). Defaults are verl's config (ratio 2e-4, coef 0.1);
+    the paper/recipe use ratio 2e-3 (7B) or 2e-4 (32B) with coef 1. Metric kl_cov_frac = fraction of
+    tokens penalised; abs_kl = masked mean of |lr| (verl's `ppo_kl` for this loss).
+    """
+    adv = jnp.broadcast_to(_token_advantages(advantages), logp.shape)
+    log_ratio = logp - old_logp
+    ratio = jnp.exp(log_ratio)
+    valid = mask != 0
+    cov = jax.lax.stop_gradient(
+        (adv - masked_mean(adv, mask)) * (logp - masked_mean(logp, mask))
+    )
+    k = jnp.maximum(jnp.floor(jnp.sum(valid) * kl_cov_ratio), 1.0)
+    order = jnp.where(valid, -cov, jnp.inf).reshape(-1)
+    picked = (valid.reshape(-1) & (_ranks(order) < k)).reshape(logp.shape)
+    token_loss = -adv * ratio + jnp.where(picked, ppo_kl_coef * jnp.abs(log_ratio), 0.0)
+    loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
+    return loss, {
+        "kl_cov_frac": _frac(picked, mask),
+        "abs_kl": masked_mean(jax.lax.stop_gradient(jnp.abs(log_ratio)), mask),
+        "approx_kl": _approx_kl(log_ratio, mask),
+        **_ratio_metrics(ratio, mask),
+    }
+
+
+def gbpo(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T] regression weights z (GRPO advantages)
+    mask: jax.Array,  # [N, T]
+    target_advantages: jax.Array,  # [N] or [N, T] target signal z̃ (`advantages.gbpo_targets`)
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    agg_mode: str = "token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """GBPO bounded-ratio regression (Ao et al. 2026, "Bounded Ratio RL"; bounded-ratio-rl verl `gbpo`).
+
+    ```
+    ρ = exp(clip(lr, ±20));  ρ* = 1 − clip_low + (clip_low + clip_high)·sigmoid(sg(z̃))
+    L = |(ρ − ρ*)·sg(A)|
+    ```
+    The ratio is regressed toward a bounded target instead of being clipped. z̃ = (s − median_g)/(σ_g +
+    eps)/temperature comes from `advantages.gbpo_targets`. Defaults are the authors' TTRL scripts
+    (0.2 / 0.28). Metric clip_frac = fraction of ratios outside [1 − clip_low, 1 + clip_high].
+    """
+    adv = _token_advantages(advantages)
+    target = 1.0 - clip_low + (clip_low + clip_high) * jax.nn.sigmoid(
+        jax.lax.stop_gradient(_token_advantages(target_advantages)))
+    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    ratio = jnp.exp(log_ratio)
+    token_loss = jnp.abs((ratio - target) * jax.lax.stop_gradient(adv))
+    loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
+    return loss, {
+        "clip_frac": _frac((ratio > 1.0 + clip_high) | (ratio < 1.0 - clip_low), mask),
+        "approx_kl": _approx_kl(log_ratio, mask),
+        **_ratio_metrics(ratio, mask),
+    }
+
+
+def kimi(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] r_i − mean_g r (e.g. "dr_grpo" advantages)
+    mask: jax.Array,  # [N, T]
+    *,
+    tau: float = 0.1,
+    agg_mode: str = "seq-mean-token-sum",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """Kimi k1.5 online-mirror-descent surrogate (Kimi Team 2025, "Kimi k1.5", §2.3.2).
+
+    With sequence log-ratio `Δ_i = Σ_t m·(logp − old_logp)` and `A_i = r_i − r̄` (r̄ = τ·log Z estimate):
+    `L_i = −A_i·Σ_t m·logp + (τ/2)·Δ_i²`, whose gradient is the paper's
+    `−(r − r̄)·∇log π + (τ/2)·∇Δ²`. Written per token as `−A·logp_t + (τ/2)·Δ_i²/n_i`, so the mean of
+    L_i over sequences is "seq-mean-token-sum" (forced; `agg_mode` is ignored). τ is not published; 0.1
+    is our default.
+    """
+    adv = _token_advantages(advantages)
+    log_ratio = logp - old_logp
+    tokens = jnp.sum(mask, axis=-1, keepdims=True)  # [N, 1]
+    seq_log_ratio = masked_sum(log_ratio, mask, axis=-1)[:, None]  # [N, 1]
+    token_loss = -adv * logp + 0.5 * tau * jnp.square(seq_log_ratio) / jnp.maximum(tokens, 1.0)
+    loss = _reduce(token_loss, mask, "seq-mean-token-sum", agg_weights, is_weights)
+    return loss, {"approx_kl": _approx_kl(log_ratio, mask)}
+
+
+def value_loss(
+    values: jax.Array,  # [N, T] current value predictions
+    old_values: jax.Array,  # [N, T] values at rollout time
+    returns: jax.Array,  # [N, T] GAE returns
+    mask: jax.Array,  # [N, T]
+    *,
+    clip: float = 0.5,
+    agg_mode: str = "token-mean",
+    agg_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """Clipped value loss (verl `compute_value_loss`, from TRL/PPO2).
+
+    `v_clip = clip(v, v_old − c, v_old + c)`; `L = ½·agg(max((v − R)², (v_clip − R)²))`;
+    metric vf_clip_frac = mean[(v_clip − R)² > (v − R)²].
+    """
+    clipped = jnp.clip(values, old_values - clip, old_values + clip)
+    loss1 = jnp.square(values - returns)
+    loss2 = jnp.square(clipped - returns)
+    loss = 0.5 * _reduce(jnp.maximum(loss1, loss2), mask, agg_mode, agg_weights, None)
+    return loss, {"vf_clip_frac": _frac(loss2 > loss1, mask)}
+
+
+def truncated_is_weights(
+    old_logp: jax.Array,  # [N, T] learner log-probs of the rollout policy
+    sampler_logp: jax.Array,  # [N, T] log-probs reported by the sampler
+    mask: jax.Array,  # [N, T]
+    *,
+    cap: float = 2.0,
+    level: str = "token",
+) -> jax.Array:  # [N, T]
+    """Truncated importance sampling against the sampler (Yao et al. 2025, "Your efficient RL framework
+    secretly brings you off-policy RL training"; verl `rollout_correction`, TRL vLLM IS correction).
+
+    token:    `w_t = min(exp(old_logp_t − sampler_logp_t), cap)`
+    sequence: `w_i = min(exp(Σ_t m·(old_logp − sampler_logp)), cap)` broadcast over tokens
+    Log-ratios are clamped to ±20 before exp. Returned as constants (stop-gradient), zero outside the
+    mask; pass as `is_weights` to any loss. TRL's default cap is 3.0.
+    """
+    log_ratio = jnp.clip(old_logp - sampler_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    if level == "sequence":
+        seq = jnp.clip(masked_sum(log_ratio, mask, axis=-1), -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+        log_ratio = jnp.broadcast_to(seq[:, None], old_logp.shape)
+    elif level != "token":
+        raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
+    weights = jnp.minimum(jnp.exp(log_ratio), cap)
+    return jax.lax.stop_gradient(jnp.where(mask != 0, weights, 0.0))

@@ -29,12 +29,17 @@ Policy losses — the trainer calls::
 
     get_policy_loss(name)(logp, old_logp, advantages, mask,
                           agg_mode=agg_mode_for(name, config.rl.agg_mode), agg_weights=..., is_weights=...,
-                          [key=..., entropy=..., ref_logp=..., proxy_logp=...,] **config.rl.loss_kwargs)
+                          [key=..., entropy=..., ref_logp=..., proxy_logp=..., target_advantages=...,]
+                          **config.rl.loss_kwargs)
 
     and gets `(loss, metrics)`. `agg_weights[N, T]` (optional) are `aggregation_weights(full_mask,
     agg_mode_for(name, mode))` sliced to the micro-batch; `is_weights[N, T]` (optional) are e.g.
-    truncated-IS weights. Some losses fix their aggregation (verl: gspo, sapo, geo_mean); build the
-    weights with `agg_mode_for(name, configured_mode)`.
+    truncated-IS weights (`losses.truncated_is_weights`). Some losses fix their aggregation (verl: gspo,
+    sapo, geo_mean; and kimi); build the weights with `agg_mode_for(name, configured_mode)`.
+    Extra inputs: key (PRNG key: clip_cov), entropy[N, T] (token entropy of the current policy:
+    entropy-aware losses), proxy_logp[N, T] (Lp-Reg), target_advantages (gbpo: from
+    `advantages.gbpo_targets(scores, group_ids, num_groups=G)`). A loss that declares an extra input
+    the trainer does not pass fails with a TypeError naming it.
 """
 
 from __future__ import annotations
@@ -65,16 +70,35 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "canon_length": advantages.canon_length,
     "grpo_passk": advantages.grpo_passk,
     "gae": advantages.gae,
+    "gbpo": advantages.grpo,  # GBPO's weights are GRPO advantages; its loss also needs `gbpo_targets`
 }
 
 POLICY_LOSSES: dict[str, Callable[..., Any]] = {
     "ppo_clip": losses.ppo_clip,
+    "vanilla": losses.ppo_clip,  # verl's name
+    "gspo": losses.gspo,
+    "sapo": losses.sapo,
+    "cispo": losses.cispo,
+    "reinforce": losses.reinforce,
+    "gpg": losses.reinforce,
+    "gmpo": losses.gmpo,
+    "geo_mean": losses.gmpo,  # verl's name
+    "clip_cov": losses.clip_cov,
+    "kl_cov": losses.kl_cov,
+    "gbpo": losses.gbpo,
+    "kimi": losses.kimi,
 }
 
 RETURNS_VALUE_TARGETS: frozenset[str] = frozenset({"gae"})
 
 # Losses whose aggregation is fixed by the method (verl ignores `loss_agg_mode` for these).
-FORCED_AGG_MODE: dict[str, str] = {}
+FORCED_AGG_MODE: dict[str, str] = {
+    "gspo": "seq-mean-token-mean",
+    "sapo": "seq-mean-token-mean",
+    "gmpo": "seq-mean-token-mean",
+    "geo_mean": "seq-mean-token-mean",
+    "kimi": "seq-mean-token-sum",
+}
 
 ADVANTAGE_INPUTS = (
     "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values",
@@ -82,7 +106,7 @@ ADVANTAGE_INPUTS = (
 )
 LOSS_INPUTS = (
     "logp", "old_logp", "advantages", "mask", "agg_mode", "agg_weights", "is_weights",
-    "key", "entropy", "ref_logp", "proxy_logp",
+    "key", "entropy", "ref_logp", "proxy_logp", "target_advantages",
 )
 
 

@@ -1,0 +1,219 @@
+"""Phase-2 policy losses: hand cases, gradient properties, micro-batch invariance of every loss."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rl4llm.rl import advantages as adv_lib
+from rl4llm.rl import aggregation as agg
+from rl4llm.rl import losses, registry
+
+ONE = jnp.ones((1, 2))
+
+
+def _grad(fn, logp):
+    return jax.grad(lambda lp: fn(lp)[0])(logp)
+
+
+def test_gspo_sequence_ratio_and_clip():
+    # lr = [0.1, 0.3] -> lr_seq = 0.2, s = e^0.2 = 1.221403 on both tokens; A = +1:
+    # L1 = −1.221403 < L2 = −(1 + 4e-4) -> clipped, L = −1.0004, zero gradient
+    old = jnp.zeros((1, 2))
+    lp = jnp.array([[0.1, 0.3]])
+    fn = lambda x: losses.gspo(x, old, jnp.ones((1,)), ONE)  # noqa: E731
+    loss, m = fn(lp)
+    np.testing.assert_allclose(loss, -1.0004, rtol=1e-6)
+    assert m["clip_frac"] == 1.0
+    np.testing.assert_allclose(m["ratio_mean"], np.exp(0.2), rtol=1e-6)
+    np.testing.assert_array_equal(_grad(fn, lp), 0.0)
+    # unclipped: ∂L/∂logp_it = −A·s_i·w_it, w = 1/(2 tokens)/(1 seq) = 0.5
+    fn = lambda x: losses.gspo(x, old, jnp.ones((1,)), ONE, clip_low=1.0, clip_high=1.0)  # noqa: E731
+    np.testing.assert_allclose(_grad(fn, lp), -0.5 * np.exp(0.2) * np.ones((1, 2)), rtol=1e-6)
+
+
+def test_gspo_ignores_agg_mode():
+    lp, old = jnp.array([[0.1, 0.0], [0.2, 0.0]]), jnp.zeros((2, 2))
+    m = jnp.array([[1.0, 1.0], [1.0, 0.0]])
+    a = losses.gspo(lp, old, jnp.array([1.0, -1.0]), m, agg_mode="token-mean")[0]
+    b = losses.gspo(lp, old, jnp.array([1.0, -1.0]), m, agg_mode="seq-mean-token-sum")[0]
+    assert a == b
+
+
+def test_sapo_gate():
+    # ρ = 1: gate = sigmoid(0)·4/τ = 2/τ; A=+1 (τ=1): L = −2; A=−1 (τ=1.05): L = 2/1.05 = 1.904762
+    # seq-mean-token-mean over two one-token rows: (−2 + 1.904762)/2 = −0.047619
+    z = jnp.zeros((2, 1))
+    loss, _ = losses.sapo(z, z, jnp.array([1.0, -1.0]), jnp.ones((2, 1)))
+    np.testing.assert_allclose(loss, (-2 + 2 / 1.05) / 2, rtol=1e-5)
+    # on-policy gradient equals REINFORCE's: d gate/dρ at ρ = 1 is exactly 1
+    g_sapo = _grad(lambda x: losses.sapo(x, z, jnp.array([1.0, -1.0]), jnp.ones((2, 1))), z)
+    g_pg = _grad(lambda x: losses.ppo_clip(x, z, jnp.array([1.0, -1.0]), jnp.ones((2, 1)),
+                                           agg_mode="seq-mean-token-mean"), z)
+    np.testing.assert_allclose(g_sapo, g_pg, rtol=1e-6)
+
+
+def test_cispo_truncates_weight_not_gradient():
+    # ρ = [1.5, 0.5], A = +1: weights sg(clip(ρ, 0, 1.2)) = [1.2, 0.5]; L = −w·logp
+    old = jnp.zeros((1, 2))
+    lp = jnp.log(jnp.array([[1.5, 0.5]]))
+    fn = lambda x: losses.cispo(x, old, jnp.ones((1,)), ONE)  # noqa: E731
+    loss, m = fn(lp)
+    np.testing.assert_allclose(loss, -(1.2 * np.log(1.5) + 0.5 * np.log(0.5)) / 2, rtol=1e-6)
+    np.testing.assert_allclose(_grad(fn, lp), [[-0.6, -0.25]], rtol=1e-6)
+    np.testing.assert_allclose(m["clip_frac"], 0.5)
+
+
+def test_reinforce_is_minus_a_logp():
+    lp = jnp.log(jnp.array([[0.5, 0.25]]))
+    loss, _ = losses.reinforce(lp, lp, jnp.array([2.0]), ONE)
+    np.testing.assert_allclose(loss, -2 * (np.log(0.5) + np.log(0.25)) / 2, rtol=1e-6)
+
+
+def test_gmpo_hand_case():
+    # lr = [0.1, 0.6], clip in log space to [−0.4, 0.4]
+    # A = +1: l = min(lr, clip(lr)) = [0.1, 0.4] -> ρ = e^{0.25}, L = −e^{0.25} = −1.284025
+    # A = −1: l = max(lr, clip(lr)) = [0.1, 0.6] -> ρ = e^{0.35}, L = +e^{0.35} = 1.419068
+    old = jnp.zeros((1, 2))
+    lp = jnp.array([[0.1, 0.6]])
+    fn = lambda x, a: losses.gmpo(x, old, a, ONE)  # noqa: E731
+    loss, m = fn(lp, jnp.ones((1,)))
+    np.testing.assert_allclose(loss, -np.exp(0.25), rtol=1e-6)
+    np.testing.assert_allclose(m["clip_frac"], 0.5)
+    np.testing.assert_allclose(fn(lp, -jnp.ones((1,)))[0], np.exp(0.35), rtol=1e-6)
+    # gradient: −e^{0.25}·½ on the unclipped token, 0 on the clipped one
+    np.testing.assert_allclose(_grad(lambda x: fn(x, jnp.ones((1,))), lp), [[-np.exp(0.25) / 2, 0.0]], rtol=1e-5)
+
+
+def _cov_fixture():
+    # A = [3, −1, −1, −1] (mean 0), logp = [−0.5, −2.5, −2.5, −2.5] (mean −2):
+    # cov = [3·1.5, (−1)(−0.5), …] = [4.5, 0.5, 0.5, 0.5]; only token 0 lies in (1, 5)
+    a = jnp.array([[3.0, -1.0, -1.0, -1.0]])
+    lp = jnp.array([[-0.5, -2.5, -2.5, -2.5]])
+    return lp, a, jnp.ones((1, 4))
+
+
+def test_clip_cov_hand_case():
+    lp, a, m = _cov_fixture()
+    fn = lambda x: losses.clip_cov(x, lp, a, m, jax.random.PRNGKey(0))  # noqa: E731
+    loss, metrics = fn(lp)
+    # L = −A·ρ = [−3, 1, 1, 1]; token 0 is picked (n_clip = max(⌊2e-4·4⌋, 1) = 1) -> [0, 1, 1, 1] -> 0.75
+    np.testing.assert_allclose(loss, 0.75, rtol=1e-6)
+    np.testing.assert_allclose(metrics["clip_frac"], 0.25)
+    np.testing.assert_allclose(_grad(fn, lp), [[0.0, 0.25, 0.25, 0.25]], rtol=1e-6)
+
+
+def test_clip_cov_random_subset_invariants():
+    k = jax.random.split(jax.random.PRNGKey(1), 3)
+    n, t = 4, 8
+    a = jax.random.normal(k[0], (n, t)) * 3
+    lp = jax.random.normal(k[1], (n, t)) - 2
+    m = jnp.ones((n, t))
+
+    def picked(key):
+        loss_fn = lambda x: losses.clip_cov(x, lp, a, m, key, clip_cov_ratio=0.125, clip_cov_lb=0.0,  # noqa: E731
+                                            clip_cov_ub=1e9)
+        return np.asarray(_grad(loss_fn, lp)) == 0.0
+
+    cov = np.asarray((a - a.mean()) * (lp - lp.mean()))
+    first, second = picked(k[2]), picked(jax.random.PRNGKey(7))
+    assert first.sum() == second.sum() == 4  # ⌊0.125·32⌋ = 4 < #candidates
+    assert np.all(cov[first] > 0) and np.all(cov[second] > 0)
+    assert np.array_equal(picked(k[2]), first)  # deterministic given the key
+    assert not np.array_equal(first, second)
+
+
+def test_kl_cov_hand_case_and_zero_coef():
+    lp, a, m = _cov_fixture()
+    old = lp.at[0, 0].add(-0.1)  # token 0: lr = 0.1
+    loss, metrics = losses.kl_cov(lp, old, a, m, ppo_kl_coef=1.0)
+    # top-1 cov token is 0: L0 = −3·e^{0.1} + 1·0.1; others −A·1 = 1
+    np.testing.assert_allclose(loss, (-3 * np.exp(0.1) + 0.1 + 3) / 4, rtol=1e-5)
+    np.testing.assert_allclose(metrics["kl_cov_frac"], 0.25)
+    plain = losses.kl_cov(lp, old, a, m, ppo_kl_coef=0.0)[0]
+    np.testing.assert_allclose(plain, agg.aggregate(-a * jnp.exp(lp - old), m, "token-mean"), rtol=1e-6)
+
+
+def test_gbpo_target_and_loss():
+    # scores [1, 0, 0, 1, 1]: median 1, mean 0.6, unbiased std sqrt(0.3)
+    s = jnp.array([1.0, 0.0, 0.0, 1.0, 1.0])
+    g = jnp.zeros(5, jnp.int32)
+    z_t = adv_lib.gbpo_targets(s, g, num_groups=1, temperature=0.5)
+    np.testing.assert_allclose(z_t, (np.asarray(s) - 1.0) / (np.sqrt(0.3) + 1e-6) / 0.5, rtol=1e-5)
+    # ρ = 1, z̃ = 0: target = 1 − 0.2 + 0.48·0.5 = 1.04; L = |1 − 1.04|·|A| = 0.04·2
+    z = jnp.zeros((1, 1))
+    loss, _ = losses.gbpo(z, z, jnp.array([-2.0]), jnp.ones((1, 1)), jnp.zeros((1,)))
+    np.testing.assert_allclose(loss, 0.08, rtol=1e-5)
+    # below the target the gradient pushes the ratio up (negative dL/dlogp), whatever the sign of A
+    grad = _grad(lambda x: losses.gbpo(x, z, jnp.array([-2.0]), jnp.ones((1, 1)), jnp.zeros((1,))), z)
+    assert float(grad[0, 0]) < 0
+
+
+def test_kimi_on_policy_gradient_is_mean_baseline_reinforce():
+    lp = jnp.log(jnp.array([[0.5, 0.2], [0.3, 0.9]]))
+    a = jnp.array([1.0, -1.0])
+    m = jnp.array([[1.0, 1.0], [1.0, 0.0]])
+    g = _grad(lambda x: losses.kimi(x, lp, a, m), lp)
+    np.testing.assert_allclose(g, -a[:, None] * m / 2, rtol=1e-6)  # seq-mean-token-sum over 2 rows
+    # off-policy value: mean_i(−A_i·Σ logp + τ/2·Δ_i²), Δ = [0.2, 0.1]
+    old = lp - jnp.array([[0.1, 0.1], [0.1, 0.0]])
+    loss, _ = losses.kimi(lp, old, a, m, tau=0.5)
+    lpn = np.asarray(lp)
+    expected = ((-1 * (lpn[0].sum()) + 0.25 * 0.04) + (1 * lpn[1, 0] + 0.25 * 0.01)) / 2
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+
+
+def test_value_loss_hand_case():
+    # v = 1, v_old = 0, R = 2, c = 0.5: v_clip = 0.5; (v−R)² = 1, (v_clip−R)² = 2.25 -> ½·2.25 = 1.125
+    one = jnp.ones((1, 1))
+    loss, m = losses.value_loss(one, 0 * one, 2 * one, one)
+    np.testing.assert_allclose(loss, 1.125)
+    assert m["vf_clip_frac"] == 1.0
+
+
+def test_truncated_is_weights():
+    old = jnp.log(jnp.array([[0.6, 0.2, 0.3]]))
+    sampler = jnp.log(jnp.array([[0.2, 0.4, 0.3]]))
+    m = jnp.array([[1.0, 1.0, 0.0]])
+    # token: min(0.6/0.2, 2) = 2, 0.2/0.4 = 0.5, masked -> 0
+    np.testing.assert_allclose(losses.truncated_is_weights(old, sampler, m), [[2.0, 0.5, 0.0]], rtol=1e-6)
+    # sequence: min(3·0.5, 2) = 1.5 on valid tokens
+    np.testing.assert_allclose(losses.truncated_is_weights(old, sampler, m, level="sequence", cap=3.0),
+                               [[1.5, 1.5, 0.0]], rtol=1e-6)
+
+
+def _batch(seed, n=6, t=5):
+    k = jax.random.split(jax.random.PRNGKey(seed), 5)
+    old = -jax.random.uniform(k[0], (n, t), minval=0.1, maxval=3.0)
+    logp = old + 0.3 * jax.random.normal(k[1], (n, t))
+    a = jax.random.normal(k[2], (n,))
+    mask = (jax.random.uniform(k[3], (n, t)) < 0.7).astype(jnp.float32).at[:, 0].set(1.0)
+    extras = dict(target_advantages=jax.random.normal(k[4], (n,)), key=jax.random.PRNGKey(0))
+    return logp, old, a, mask, extras
+
+
+# Losses whose selection uses statistics of the batch they are given (verl: per micro-batch).
+_BATCH_STATISTICS = {"clip_cov", "kl_cov"}
+
+
+@pytest.mark.parametrize("name", sorted(set(registry.POLICY_LOSSES) - _BATCH_STATISTICS))
+def test_every_loss_is_invariant_to_micro_batching(name):
+    logp, old, a, mask, extras = _batch(3)
+    mode = registry.agg_mode_for(name, "token-mean")
+    fn = registry.get_policy_loss(name)
+
+    @jax.jit
+    def value_and_grad(lp, o, ad, m, e, w):
+        return jax.value_and_grad(lambda x: fn(x, o, ad, m, agg_mode=mode, agg_weights=w, **e)[0])(lp)
+
+    w = agg.aggregation_weights(mask, mode)
+    full, full_grad = value_and_grad(logp, old, a, mask, extras, w)
+    np.testing.assert_allclose(full, fn(logp, old, a, mask, agg_mode=mode, **extras)[0], rtol=1e-5, atol=1e-6)
+    total, grads = 0.0, []
+    for sl in (slice(0, 3), slice(3, 6)):
+        ex = {k: (v[sl] if k == "target_advantages" else v) for k, v in extras.items()}
+        val, g = value_and_grad(logp[sl], old[sl], a[sl], mask[sl], ex, w[sl])
+        total += val
+        grads.append(g)
+    np.testing.assert_allclose(total, full, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jnp.concatenate(grads), full_grad, rtol=1e-4, atol=1e-6)
