@@ -186,7 +186,7 @@ def test_hf_initialisation():
 
 
 def test_presets_and_get_config():
-    assert {"tiny", "small", "arith", "qwen2.5-0.5b", "llama3.2-1b"} <= set(PRESETS)
+    assert {"nano", "tiny", "small", "arith", "qwen2.5-0.5b", "llama3.2-1b"} <= set(PRESETS)
     assert get_config("arith", vocab_size=77).vocab_size == 77
     q = get_config("qwen2.5-0.5b")
     assert (q.vocab_size, q.num_layers, q.num_heads, q.num_kv_heads, q.rope_theta) == (151936, 24, 14, 2, 1e6)

@@ -63,6 +63,9 @@ PRESETS: dict[str, ModelConfig] = {
                         num_kv_heads=2, head_dim=64, intermediate_size=1024),
     "small": ModelConfig(vocab_size=8192, hidden_size=512, num_layers=8, num_heads=8,
                          num_kv_heads=4, head_dim=64, intermediate_size=2048),
+    # Smallest useful decoder, for tests and smoke runs; override vocab_size with the tokenizer's.
+    "nano": ModelConfig(vocab_size=256, hidden_size=32, num_layers=2, num_heads=2,
+                        num_kv_heads=1, head_dim=16, intermediate_size=64),
     # Default model of the built-in arithmetic task; override vocab_size with the tokenizer's.
     "arith": ModelConfig(vocab_size=256, hidden_size=128, num_layers=4, num_heads=4,
                          num_kv_heads=2, head_dim=32, intermediate_size=512),

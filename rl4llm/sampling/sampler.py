@@ -16,7 +16,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl4llm.models import ModelConfig, Params, forward, init_cache, positions_from_mask, unembed
+from rl4llm.models import (
+    KVCache,
+    ModelConfig,
+    Params,
+    forward,
+    init_cache,
+    positions_from_mask,
+    unembed,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +154,7 @@ def sample_tokens(logits: jax.Array, key: jax.Array, cfg: SamplingConfig
 
 class _DecodeState(flax.struct.PyTreeNode):
     step: jax.Array        # [] int32, index of the token to sample next
-    cache: object          # KVCache
+    cache: KVCache
     logits: jax.Array      # [N, V] logits for token `step`
     tokens: jax.Array      # [N, T] int32
     logprobs: jax.Array    # [N, T] float32
