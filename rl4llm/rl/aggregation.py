@@ -141,3 +141,23 @@ def aggregation_weights(
 def weighted_sum(values: jax.Array, weights: jax.Array) -> jax.Array:
     """`Σ L·w`, with values where w == 0 zeroed first (so NaN in padding never leaks)."""
     return jnp.sum(_zero_outside(values, weights) * weights)
+
+
+def masked_quantile(values: jax.Array, mask: jax.Array, q: float, *, interpolation: str = "linear") -> jax.Array:
+    """Quantile `q` ∈ [0, 1] of the valid elements (torch.quantile semantics over `values[mask != 0]`).
+
+    "linear" interpolates between the two nearest order statistics at position q·(n − 1); "nearest"
+    takes the order statistic at round(q·(n − 1)) (round half to even, like torch). NaN if no element is valid.
+    """
+    flat = jnp.where(mask != 0, values, jnp.inf).reshape(-1)
+    ordered = jnp.sort(flat)
+    n = jnp.sum(mask != 0)
+    pos = q * (n - 1).astype(jnp.float32)
+    if interpolation == "nearest":
+        return jnp.where(n > 0, ordered[jnp.round(pos).astype(jnp.int32)], jnp.nan)
+    if interpolation != "linear":
+        raise ValueError(f"interpolation must be 'linear' or 'nearest', got {interpolation!r}")
+    lo = jnp.floor(pos).astype(jnp.int32)
+    hi = jnp.ceil(pos).astype(jnp.int32)
+    frac = pos - lo
+    return jnp.where(n > 0, ordered[lo] + (ordered[hi] - ordered[lo]) * frac, jnp.nan)

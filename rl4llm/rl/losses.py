@@ -18,7 +18,9 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl.aggregation import aggregate, masked_mean, masked_sum, weighted_sum
+from rl4llm.rl.aggregation import aggregate, masked_mean, masked_quantile, masked_sum, weighted_sum
+from rl4llm.rl.entropy import normalized_entropy_scores
+from rl4llm.rl.kl import estimate
 
 Metrics = dict[str, jax.Array]
 
@@ -86,10 +88,23 @@ def ppo_clip(
     Metrics: clip_frac = mean[L2 > L1], clip_frac_lower = mean[(Lc > −A·c) & (A < 0)],
     approx_kl = mean(−lr) (verl `ppo_kl`), ratio_mean/max/min over valid tokens.
     """
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1 (or None to disable), got {dual_clip}")
     adv = _token_advantages(advantages)
     log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    token_loss, metrics = _ppo_token_loss(adv, log_ratio, mask, clip_low, clip_high, dual_clip)
+    return _reduce(token_loss, mask, agg_mode, agg_weights, is_weights), metrics
+
+
+def _ppo_token_loss(
+    adv: jax.Array,  # [N, T] or [N, 1]
+    log_ratio: jax.Array,  # [N, T], already clamped
+    mask: jax.Array,  # [N, T]
+    clip_low: float | jax.Array,  # scalar or per-token [N, T]
+    clip_high: float | jax.Array,
+    dual_clip: Optional[float],
+) -> tuple[jax.Array, Metrics]:
+    """verl "vanilla" per-token loss and metrics (see `ppo_clip`)."""
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (or None to disable), got {dual_clip}")
     ratio = jnp.exp(log_ratio)
     loss1 = -adv * ratio
     loss2 = -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
@@ -101,14 +116,13 @@ def ppo_clip(
         loss3 = -adv * dual_clip
         token_loss = jnp.where(adv < 0, jnp.minimum(loss3, clipped), clipped)
         lower = ((clipped > loss3) & (adv < 0)).astype(jnp.float32)
-    loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
     metrics = {
         "clip_frac": masked_mean((loss2 > loss1).astype(jnp.float32), mask),
         "clip_frac_lower": masked_mean(lower, mask),
         "approx_kl": masked_mean(jax.lax.stop_gradient(-log_ratio), mask),
         **_ratio_metrics(ratio, mask),
     }
-    return loss, metrics
+    return token_loss, metrics
 
 
 def _approx_kl(log_ratio: jax.Array, mask: jax.Array) -> jax.Array:
@@ -493,3 +507,75 @@ def truncated_is_weights(
         raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
     weights = jnp.minimum(jnp.exp(log_ratio), cap)
     return jax.lax.stop_gradient(jnp.where(mask != 0, weights, 0.0))
+
+
+def lp_reg(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    proxy_logp: jax.Array,  # [N, T] log π_proxy(o_t) (`entropy.minp_proxy_logprobs` on old logits)
+    *,
+    rho_neg: float = 0.01,
+    beta: float = 1.0,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: Optional[float] = 3.0,
+    agg_mode: str = "token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """Lp-Reg: protect low-probability exploratory tokens (Huang et al. 2025, "Low-probability Tokens
+    Sustain Exploration in RLVR"; CarlanLark/Lp-Reg).
+
+    Selected tokens: valid, A < 0, logp in the lowest `rho_neg` quantile of the batch's negative tokens,
+    and logp < proxy_logp (the token survived the min-p filter, so the proxy gives it more mass).
+    They get `L = −A·ρ + β·k3(logp, proxy_logp)` (k3 = KL(π‖π_proxy) estimate, verl clamps); every other
+    token gets the `ppo_clip` loss. Filtered ("noise") tokens have proxy_logp ≈ −∞ and are never selected.
+    The authors' scripts use an almost-unclipped PPO (clip_low = 1, clip_high = 9), ρ_neg = 1%, β = 1.
+    Metric lp_reg_frac = fraction of valid tokens selected.
+    """
+    adv = _token_advantages(advantages)
+    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    token_loss, metrics = _ppo_token_loss(adv, log_ratio, mask, clip_low, clip_high, dual_clip)
+    current = jax.lax.stop_gradient(logp)
+    negative = (mask != 0) & (jnp.broadcast_to(adv, logp.shape) < 0)
+    threshold = masked_quantile(current, negative, rho_neg)
+    selected = negative & (current <= threshold) & (current < proxy_logp)
+    regularised = -adv * jnp.exp(log_ratio) + beta * estimate(logp, jax.lax.stop_gradient(proxy_logp), "k3")
+    token_loss = jnp.where(selected, regularised, token_loss)
+    loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
+    return loss, {**metrics, "lp_reg_frac": _frac(selected, mask)}
+
+
+def hapo(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    entropy: jax.Array,  # [N, T] token entropy of the current policy
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    alpha: float = 1.0,
+    pivot: float = 0.8,
+    dual_clip: Optional[float] = 10.0,
+    agg_mode: str = "token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """HAPO entropy-adaptive asymmetric clipping (Liu et al. 2025, "From Uniform to Heterogeneous").
+
+    With ĥ = `entropy.normalized_entropy_scores(entropy, mask, pivot=pivot)` ∈ [−1, 1]:
+    low-entropy tokens (ĥ ≤ 0) get `ε_low·(1 − α·ĥ)` (room to decrease), high-entropy tokens (ĥ > 0) get
+    `ε_high·(1 + α·ĥ)` (room to increase); the rest is `ppo_clip` with per-token ranges (dual-clip c = 10
+    as in the HAPO recipes). α = 0 is exactly `ppo_clip`. Only the clipping part of HAPO is here (its
+    advantage redistribution and adaptive sampling temperature are not).
+    """
+    score = normalized_entropy_scores(entropy, mask, pivot=pivot)
+    low = jnp.where(score <= 0, clip_low * (1.0 - alpha * score), clip_low)
+    high = jnp.where(score > 0, clip_high * (1.0 + alpha * score), clip_high)
+    adv = _token_advantages(advantages)
+    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    token_loss, metrics = _ppo_token_loss(adv, log_ratio, mask, low, high, dual_clip)
+    return _reduce(token_loss, mask, agg_mode, agg_weights, is_weights), metrics

@@ -87,6 +87,8 @@ POLICY_LOSSES: dict[str, Callable[..., Any]] = {
     "kl_cov": losses.kl_cov,
     "gbpo": losses.gbpo,
     "kimi": losses.kimi,
+    "lp_reg": losses.lp_reg,
+    "hapo": losses.hapo,
 }
 
 RETURNS_VALUE_TARGETS: frozenset[str] = frozenset({"gae"})
