@@ -5,7 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rl4llm.rl import advantages as adv
+from rl4llm.rl import advantages as eager_advantages
+
+from rl_testing import compiled
+
+adv = compiled(eager_advantages)
 
 
 def test_grpo_hand_case():

@@ -5,8 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rl4llm.rl import advantages as adv
+from rl4llm.rl import advantages as eager_advantages
 from rl4llm.rl import registry
+
+from rl_testing import compiled
+
+adv = compiled(eager_advantages)
 
 
 def _mask_with_holes(seed, n=6, t=9):

@@ -5,7 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rl4llm.rl import aggregation as agg
+from rl4llm.rl import aggregation as eager_aggregation
+
+from rl_testing import compiled
+
+agg = compiled(eager_aggregation)
 
 L = jnp.array([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]], jnp.float32)
 M = jnp.array([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]], jnp.float32)
@@ -80,10 +84,10 @@ def test_micro_batch_sum_equals_full_batch(mode):
     values, mask = _random_batch(1)
     w = agg.aggregation_weights(mask, mode)
     loss_fn = lambda v, wt: agg.weighted_sum(jnp.tanh(v) ** 2, wt)  # noqa: E731
-    full, full_grad = jax.value_and_grad(lambda v: agg.aggregate(jnp.tanh(v) ** 2, mask, mode))(values)
+    full, full_grad = jax.jit(jax.value_and_grad(lambda v: agg.aggregate(jnp.tanh(v) ** 2, mask, mode)))(values)
     total, grads = 0.0, []
     for sl in (slice(0, 3), slice(3, 5), slice(5, 8)):
-        val, g = jax.value_and_grad(loss_fn)(values[sl], w[sl])
+        val, g = jax.jit(jax.value_and_grad(loss_fn))(values[sl], w[sl])
         total += val
         grads.append(g)
     np.testing.assert_allclose(total, full, rtol=1e-5)

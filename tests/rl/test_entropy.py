@@ -4,7 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl4llm.rl import entropy
+from rl4llm.rl import entropy as eager_entropy
+
+from rl_testing import compiled
+
+entropy = compiled(eager_entropy)
 
 
 def test_uniform_and_one_hot():

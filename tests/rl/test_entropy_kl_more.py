@@ -4,8 +4,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl4llm.rl import aggregation as agg
-from rl4llm.rl import entropy, kl, losses
+from rl4llm.rl import aggregation as eager_aggregation
+from rl4llm.rl import entropy as eager_entropy
+from rl4llm.rl import kl as eager_kl
+from rl4llm.rl import losses as eager_losses
+
+from rl_testing import compiled
+
+agg = compiled(eager_aggregation)
+entropy = compiled(eager_entropy)
+kl = compiled(eager_kl)
+losses = compiled(eager_losses)
 
 
 def _unembed_problem(n=2, t=13, h=8, v=32, seed=0):
@@ -23,16 +32,17 @@ def test_chunked_matches_full_computation_values_and_grads():
     def full(w, hid):
         z = (hid @ w) / temp
         logp = jnp.take_along_axis(jax.nn.log_softmax(z), targets[..., None], -1)[..., 0]
-        return logp, entropy.from_logits(z)
+        return logp, eager_entropy.from_logits(z)
 
     def chunked(w, hid):
-        return entropy.chunked_logprobs_and_entropy(hid, targets, lambda x: x @ w, chunk_size=4, temperature=temp)
+        return eager_entropy.chunked_logprobs_and_entropy(hid, targets, lambda x: x @ w, chunk_size=4,
+                                                          temperature=temp)
 
     for a, b in zip(chunked(w, hidden), full(w, hidden)):  # T = 13 is not a multiple of 4
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
     scalar = lambda fn: lambda w, hid: jnp.sum(fn(w, hid)[0] * 0.3 + fn(w, hid)[1])  # noqa: E731
-    g_chunk = jax.grad(scalar(chunked), argnums=(0, 1))(w, hidden)
-    g_full = jax.grad(scalar(full), argnums=(0, 1))(w, hidden)
+    g_chunk = jax.jit(jax.grad(scalar(chunked), argnums=(0, 1)))(w, hidden)
+    g_full = jax.jit(jax.grad(scalar(full), argnums=(0, 1)))(w, hidden)
     for a, b in zip(g_chunk, g_full):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
@@ -42,7 +52,7 @@ def test_chunked_backward_never_holds_all_logits():
     w, hidden, targets = _unembed_problem(n, t, h, v)
 
     def loss(w, hid):
-        logp, ent = entropy.chunked_logprobs_and_entropy(hid, targets, lambda x: x @ w, chunk_size=4)
+        logp, ent = eager_entropy.chunked_logprobs_and_entropy(hid, targets, lambda x: x @ w, chunk_size=4)
         return jnp.sum(logp) + jnp.sum(ent)
 
     compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(w, hidden).compile()
@@ -57,7 +67,7 @@ def test_entropy_bonus_and_gradient_toward_uniform():
     np.testing.assert_allclose(entropy.entropy_bonus(h, m, coef=0.1, agg_weights=agg.aggregation_weights(m, "token-mean")),
                                -0.2, rtol=1e-6)
     z = jnp.array([2.0, 0.0, -1.0])
-    g = jax.grad(lambda z: entropy.entropy_bonus(entropy.from_logits(z)[None, None], jnp.ones((1, 1)), coef=1.0))(z)
+    g = jax.jit(jax.grad(lambda z: entropy.entropy_bonus(entropy.from_logits(z)[None, None], jnp.ones((1, 1)), coef=1.0)))(z)
     assert float(entropy.from_logits(z - 0.1 * g)) > float(entropy.from_logits(z))  # descent raises entropy
 
 
@@ -104,7 +114,7 @@ def test_hapo_reduces_to_ppo_clip_with_alpha_zero():
     # with α > 0 the high-entropy token with ρ = 1.25 and A > 0 is no longer clipped at 1.2
     lp2 = jnp.log(jnp.array([[1.25, 1.25]]))
     h2 = jnp.array([[0.1, 2.0]])  # token 1 is the high-entropy one (ĥ = 1 -> ε_high = 0.4)
-    g = jax.grad(lambda x: losses.hapo(x, jnp.zeros((1, 2)), jnp.ones((1,)), jnp.ones((1, 2)), h2, pivot=0.0)[0])(lp2)
+    g = jax.jit(jax.grad(lambda x: losses.hapo(x, jnp.zeros((1, 2)), jnp.ones((1,)), jnp.ones((1, 2)), h2, pivot=0.0)[0]))(lp2)
     assert float(g[0, 0]) == 0.0 and float(g[0, 1]) < 0.0
 
 
@@ -128,7 +138,7 @@ def test_lp_reg_selection_and_gradient_direction():
     k3 = np.exp(-2.0 + 3.0) - (-2.0 + 3.0) - 1.0  # e^{proxy − logp} − (proxy − logp) − 1
     np.testing.assert_allclose(loss, ((1.0 + k3) + 1.0) / 2, rtol=1e-5)
     np.testing.assert_allclose(metrics["lp_reg_frac"], 0.5)
-    g = jax.grad(lambda x: fn(x)[0])(lp)
+    g = jax.jit(jax.grad(lambda x: fn(x)[0]))(lp)
     # selected token: d/dlogp(−Aρ + k3) = 1 + (1 − e^{proxy−logp}) < 0 -> descent raises its probability
     np.testing.assert_allclose(g[0, 0], (1.0 + 1.0 - np.exp(1.0)) / 2, rtol=1e-5)
     # no negative tokens or a filtered proxy: plain ppo_clip

@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 
 from rl4llm.rl import aggregation as agg
-from rl4llm.rl import losses
+from rl4llm.rl import losses as eager_losses
+
+from rl_testing import compiled
+
+losses = compiled(eager_losses)
 
 # One row, six tokens, old_logp = 0 so ρ = exp(logp). Default clip 0.2/0.2, dual-clip c = 3.
 #   tok  A    ρ     L1=−Aρ  L2=−A·clip(ρ,.8,1.2)  Lc=max   dual (A<0): min(3, Lc)   dL/dlogp
@@ -33,7 +37,7 @@ def test_ppo_clip_hand_case():
     np.testing.assert_allclose(m["ratio_max"], 4.0, rtol=1e-6)
     np.testing.assert_allclose(m["ratio_min"], 0.5, rtol=1e-6)
     np.testing.assert_allclose(m["ratio_mean"], 8.7 / 6, rtol=1e-6)
-    grad = jax.grad(lambda lp: losses.ppo_clip(lp, jnp.zeros_like(lp), ADV, MASK)[0])(logp)
+    grad = jax.jit(jax.grad(lambda lp: losses.ppo_clip(lp, jnp.zeros_like(lp), ADV, MASK)[0]))(logp)
     np.testing.assert_allclose(grad, [[-1.1 / 6, 0, 0, 0, 1.1 / 6, -0.5 / 6]], rtol=1e-5, atol=1e-7)
 
 
@@ -85,11 +89,11 @@ def test_is_weights_scale_token_losses():
 def test_micro_batching_with_agg_weights(mode):
     logp, old, a, mask = _batch(2)
     f = lambda lp, o, ad, m, **kw: losses.ppo_clip(lp, o, ad, m, agg_mode=mode, **kw)[0]  # noqa: E731
-    full, full_grad = jax.value_and_grad(f)(logp, old, a, mask)
+    full, full_grad = jax.jit(jax.value_and_grad(f))(logp, old, a, mask)
     w = agg.aggregation_weights(mask, mode)
     total, grads = 0.0, []
     for sl in (slice(0, 2), slice(2, 5), slice(5, 8)):
-        val, g = jax.value_and_grad(f)(logp[sl], old[sl], a[sl], mask[sl], agg_weights=w[sl])
+        val, g = jax.jit(jax.value_and_grad(f))(logp[sl], old[sl], a[sl], mask[sl], agg_weights=w[sl])
         total += val
         grads.append(g)
     np.testing.assert_allclose(total, full, rtol=1e-5, atol=1e-7)

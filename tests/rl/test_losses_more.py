@@ -5,15 +5,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rl4llm.rl import advantages as adv_lib
-from rl4llm.rl import aggregation as agg
-from rl4llm.rl import losses, registry
+from rl4llm.rl import advantages as eager_advantages
+from rl4llm.rl import aggregation as eager_aggregation
+from rl4llm.rl import losses as eager_losses
+from rl4llm.rl import registry
+
+from rl_testing import compiled
+
+adv_lib = compiled(eager_advantages)
+agg = compiled(eager_aggregation)
+losses = compiled(eager_losses)
 
 ONE = jnp.ones((1, 2))
 
 
 def _grad(fn, logp):
-    return jax.grad(lambda lp: fn(lp)[0])(logp)
+    return jax.jit(jax.grad(lambda lp: fn(lp)[0]))(logp)
 
 
 def test_gspo_sequence_ratio_and_clip():
