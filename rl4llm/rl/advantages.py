@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import betaln, xlogy
 
-from rl4llm.rl.aggregation import masked_whiten
+from rl4llm.rl.aggregation import masked_whiten, replicated
 
 
 def _float(x: jax.Array) -> jax.Array:
@@ -51,6 +51,7 @@ def group_mean(values: jax.Array, group_ids: jax.Array, num_groups: int) -> jax.
 
 def group_rank(values: jax.Array, group_ids: jax.Array) -> jax.Array:  # [N] -> [N] ints
     """0-based position of each element in its group's stable ascending sort (ties by index); O(N²)."""
+    values, group_ids = replicated(values), replicated(group_ids)
     idx = jnp.arange(values.shape[0])
     same = group_ids[:, None] == group_ids[None, :]  # [N, N]
     before = (values[None, :] < values[:, None]) | ((values[None, :] == values[:, None]) & (idx[None, :] < idx[:, None]))

@@ -15,6 +15,7 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
@@ -143,13 +144,25 @@ def weighted_sum(values: jax.Array, weights: jax.Array) -> jax.Array:
     return jnp.sum(_zero_outside(values, weights) * weights)
 
 
+def replicated(x: jax.Array) -> jax.Array:
+    """`x` gathered onto every device when it is sharded over Explicit mesh axes; unchanged otherwise.
+
+    Sorts and pairwise comparisons need a whole axis at once: under Auto axes XLA inserts the gather itself,
+    under Explicit axes it must be asked for. Used only on small arrays ([N] scores, flattened [N·T] keys).
+    """
+    sharding = jax.typeof(x).sharding
+    if not sharding.mesh.explicit_axes:
+        return x
+    return jax.sharding.reshard(x, NamedSharding(sharding.mesh, PartitionSpec(*[None] * x.ndim)))
+
+
 def masked_quantile(values: jax.Array, mask: jax.Array, q: float, *, interpolation: str = "linear") -> jax.Array:
     """Quantile `q` ∈ [0, 1] of the valid elements (torch.quantile semantics over `values[mask != 0]`).
 
     "linear" interpolates between the two nearest order statistics at position q·(n − 1); "nearest"
     takes the order statistic at round(q·(n − 1)) (round half to even, like torch). NaN if no element is valid.
     """
-    flat = jnp.where(mask != 0, values, jnp.inf).reshape(-1)
+    flat = replicated(jnp.where(mask != 0, values, jnp.inf).reshape(-1))
     ordered = jnp.sort(flat)
     n = jnp.sum(mask != 0)
     pos = q * (n - 1).astype(jnp.float32)

@@ -18,7 +18,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl.aggregation import aggregate, masked_mean, masked_quantile, masked_sum, weighted_sum
+from rl4llm.rl.aggregation import aggregate, masked_mean, masked_quantile, masked_sum, replicated, weighted_sum
 from rl4llm.rl.entropy import normalized_entropy_scores
 from rl4llm.rl.kl import estimate
 
@@ -299,6 +299,7 @@ def gmpo(
 
 def _ranks(keys: jax.Array) -> jax.Array:
     """0-based rank of each element of a flat array in ascending order (ties by position)."""
+    keys = replicated(keys)
     return jnp.argsort(jnp.argsort(keys, stable=True), stable=True)
 
 
