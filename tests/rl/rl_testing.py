@@ -35,3 +35,13 @@ class compiled:  # noqa: N801 (used like a module)
             return _jitted(fn, argnums, argnames)(*args, **kwargs)
 
         return call
+
+
+def distinct_names(table: dict) -> list:
+    """Registered names, one per function (aliases such as "vanilla" for "ppo_clip" are skipped)."""
+    seen, names = set(), []
+    for name in sorted(table):
+        if table[name] not in seen:
+            seen.add(table[name])
+            names.append(name)
+    return names

@@ -1,4 +1,4 @@
-"""Run under XLA_FLAGS=--xla_force_host_platform_device_count=8 (see test_sharding.py).
+"""Run under XLA_FLAGS=--xla_force_host_platform_device_count=8 (see test_rl_sharding.py).
 
 Computes kernels with inputs sharded over a `data` mesh axis of 8 devices and compares with the same
 computation on one device: GRPO + PPO loss/gradient (Auto and Explicit axis types), and the kernels that
