@@ -17,18 +17,20 @@ from absl import logging
 from ml_collections import config_flags
 
 _CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
-config_flags.DEFINE_config_file("config", os.path.join(_CONFIG_DIR, "default.py"), "Run config (ml_collections).",
-                                  lock_config=True)
+config_flags.DEFINE_config_file(
+    "config", os.path.join(_CONFIG_DIR, "default.py"), "Run config (ml_collections).", lock_config=True
+)
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rl4llm/default", "Where checkpoints, logs and the summary go.")
 
 
 def main(argv):
     del argv
     from rl4llm.train import config_validation, trainer  # after flag parsing: absl logs go to stderr
+
     try:
-      config_validation.validate(flags.FLAGS.config)
+        config_validation.validate(flags.FLAGS.config)
     except config_validation.ConfigError as e:
-      sys.exit(str(e))
+        sys.exit(str(e))
     trainer.run(flags.FLAGS.config, _WORKDIR.value)
 
 

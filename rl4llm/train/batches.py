@@ -28,10 +28,12 @@ def encode_completions(tokenizer, completions: Sequence[str], length: int) -> tu
     for i, text in enumerate(completions):
         ids = tokenizer.encode(text) + [tokenizer.eos_id]
         if len(ids) > length:
-            raise ValueError(f"completion {text!r} has {len(ids)} tokens (with eos) > max_new_tokens={length}; "
-                             "raise config.sampling.max_new_tokens")
-        tokens[i, :len(ids)] = ids
-        mask[i, :len(ids)] = 1.0
+            raise ValueError(
+                f"completion {text!r} has {len(ids)} tokens (with eos) > max_new_tokens={length}; "
+                "raise config.sampling.max_new_tokens"
+            )
+        tokens[i, : len(ids)] = ids
+        mask[i, : len(ids)] = 1.0
     return tokens, mask
 
 

@@ -63,11 +63,17 @@ def _method_errors(config) -> list[str]:
     _check_choice(errors, config, "rl.loss", registry.POLICY_LOSSES)
     if rl.advantage in registry.ADVANTAGES:
         fn = registry.ADVANTAGES[rl.advantage]
-        _check_kwargs(errors, "rl.advantage_kwargs", getattr(fn, "func", fn), rl.advantage_kwargs.to_dict(),
-                                    registry.ADVANTAGE_INPUTS)
+        _check_kwargs(
+            errors,
+            "rl.advantage_kwargs",
+            getattr(fn, "func", fn),
+            rl.advantage_kwargs.to_dict(),
+            registry.ADVANTAGE_INPUTS,
+        )
     if rl.loss in registry.POLICY_LOSSES:
-        _check_kwargs(errors, "rl.loss_kwargs", registry.POLICY_LOSSES[rl.loss], rl.loss_kwargs.to_dict(),
-                                    registry.LOSS_INPUTS)
+        _check_kwargs(
+            errors, "rl.loss_kwargs", registry.POLICY_LOSSES[rl.loss], rl.loss_kwargs.to_dict(), registry.LOSS_INPUTS
+        )
     _check_choice(errors, config, "rl.agg_mode", aggregation.AGG_MODES)
     _check_choice(errors, config, "rl.kl_kind", kl_lib.KINDS)
     return errors
@@ -82,15 +88,21 @@ def _batch_errors(config) -> list[str]:
     if errors:
         return errors
     if rl.num_generations < 2:
-        errors.append(f"config.rl.num_generations={rl.num_generations}: group-relative advantages need a group "
-                                    "of at least 2 completions per prompt")
+        errors.append(
+            f"config.rl.num_generations={rl.num_generations}: group-relative advantages need a group "
+            "of at least 2 completions per prompt"
+        )
     batch = rl.num_prompts * rl.num_generations
     if batch % rl.num_minibatches:
-        errors.append(f"config.rl.num_minibatches={rl.num_minibatches}: must divide the batch of "
-                                    f"num_prompts*num_generations={batch} sequences")
+        errors.append(
+            f"config.rl.num_minibatches={rl.num_minibatches}: must divide the batch of "
+            f"num_prompts*num_generations={batch} sequences"
+        )
     elif rl.micro_batch_size and (batch // rl.num_minibatches) % rl.micro_batch_size:
-        errors.append(f"config.rl.micro_batch_size={rl.micro_batch_size}: must divide the minibatch of "
-                                    f"{batch // rl.num_minibatches} sequences (0 = no accumulation)")
+        errors.append(
+            f"config.rl.micro_batch_size={rl.micro_batch_size}: must divide the minibatch of "
+            f"{batch // rl.num_minibatches} sequences (0 = no accumulation)"
+        )
     return errors
 
 
@@ -101,8 +113,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_choice(errors, config, "task.name", {"arithmetic"})
     _check_positive_int(errors, config, "task.min_operands", minimum=2)
     _check_positive_int(errors, config, "task.max_operands", minimum=2)
-    if isinstance(task.max_operands, int) and isinstance(task.min_operands, int) and task.max_operands < task.min_operands:
-        errors.append(f"config.task.max_operands={task.max_operands}: must be >= config.task.min_operands={task.min_operands}")
+    if (
+        isinstance(task.max_operands, int)
+        and isinstance(task.min_operands, int)
+        and task.max_operands < task.min_operands
+    ):
+        errors.append(
+            f"config.task.max_operands={task.max_operands}: must be >= config.task.min_operands={task.min_operands}"
+        )
     _check_positive_int(errors, config, "task.max_value")
     if not task.operators or set(task.operators) - set("+-*"):
         errors.append(f"config.task.operators={task.operators!r}: must be a non-empty subset of '+-*'")
@@ -133,8 +151,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_positive_int(errors, config, "eval.pass_n")
     bad_k = [k for k in config.eval.pass_k if not isinstance(k, int) or not 1 <= k <= config.eval.pass_n]
     if bad_k:
-        errors.append(f"config.eval.pass_k={tuple(config.eval.pass_k)!r}: every k must be an integer in "
-                                    f"[1, config.eval.pass_n={config.eval.pass_n}]")
+        errors.append(
+            f"config.eval.pass_k={tuple(config.eval.pass_k)!r}: every k must be an integer in "
+            f"[1, config.eval.pass_n={config.eval.pass_n}]"
+        )
     _check_positive_int(errors, config, "log_every")
     _check_positive_int(errors, config, "checkpoint.every")
     _check_positive_int(errors, config, "checkpoint.max_to_keep")

@@ -28,6 +28,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 @dataclasses.dataclass(frozen=True)
 class EvalSpec:
     """What to evaluate: `batch_size` rows per sampler call (one compiled shape)."""
+
     greedy: sampling.SamplingConfig
     sampled: sampling.SamplingConfig
     pass_n: int
@@ -36,36 +37,56 @@ class EvalSpec:
     batch_size: int
 
 
-def _generate_scored(model_cfg, params, tokenizer, prompts, answers, key, sampling_cfg, spec,
-                     score_fn) -> tuple[np.ndarray, np.ndarray]:
+def _generate_scored(
+    model_cfg, params, tokenizer, prompts, answers, key, sampling_cfg, spec, score_fn
+) -> tuple[np.ndarray, np.ndarray]:
     """Rewards [len(prompts)] and completion lengths, generated `spec.batch_size` rows at a time."""
     rewards, lengths = [], []
     for start in range(0, len(prompts), spec.batch_size):
-        chunk = list(prompts[start:start + spec.batch_size])
+        chunk = list(prompts[start : start + spec.batch_size])
         real = len(chunk)
         chunk += [chunk[-1]] * (spec.batch_size - real)  # pad to the compiled batch size
         tokens, mask = batches.encode_prompts(tokenizer, chunk, spec.prompt_bucket)
         rollout = sampling.generate(model_cfg, params, tokens, mask, jax.random.fold_in(key, start), sampling_cfg)
         completion_tokens, completion_mask = jax.device_get((rollout.completion_tokens, rollout.completion_mask))
         texts = batches.decode_completions(tokenizer, completion_tokens[:real], completion_mask[:real])
-        rewards += [score_fn(t, a) for t, a in zip(texts, answers[start:start + real])]
+        rewards += [score_fn(t, a) for t, a in zip(texts, answers[start : start + real])]
         lengths += completion_mask[:real].sum(-1).tolist()
     return np.asarray(rewards, np.float64), np.asarray(lengths, np.float64)
 
 
-def evaluate(model_cfg, params, tokenizer, examples: Sequence, key: jax.Array, spec: EvalSpec,
-             score_fn: Callable[[str, str], float]) -> dict[str, float]:
+def evaluate(
+    model_cfg,
+    params,
+    tokenizer,
+    examples: Sequence,
+    key: jax.Array,
+    spec: EvalSpec,
+    score_fn: Callable[[str, str], float],
+) -> dict[str, float]:
     """Greedy accuracy, mean greedy response length and pass@k (k in spec.pass_k) on `examples`."""
     prompts = [ex.prompt for ex in examples]
     answers = [ex.answer for ex in examples]
-    greedy, greedy_len = _generate_scored(model_cfg, params, tokenizer, prompts, answers, key, spec.greedy, spec,
-                                          score_fn)
-    metrics = {"eval/greedy_accuracy": float(np.mean(greedy == 1.0)),
-               "eval/response_length": float(np.mean(greedy_len))}
+    greedy, greedy_len = _generate_scored(
+        model_cfg, params, tokenizer, prompts, answers, key, spec.greedy, spec, score_fn
+    )
+    metrics = {
+        "eval/greedy_accuracy": float(np.mean(greedy == 1.0)),
+        "eval/response_length": float(np.mean(greedy_len)),
+    }
     repeated_prompts = [p for p in prompts for _ in range(spec.pass_n)]
     repeated_answers = [a for a in answers for _ in range(spec.pass_n)]
-    sampled, _ = _generate_scored(model_cfg, params, tokenizer, repeated_prompts, repeated_answers,
-                                  jax.random.fold_in(key, 1), spec.sampled, spec, score_fn)
+    sampled, _ = _generate_scored(
+        model_cfg,
+        params,
+        tokenizer,
+        repeated_prompts,
+        repeated_answers,
+        jax.random.fold_in(key, 1),
+        spec.sampled,
+        spec,
+        score_fn,
+    )
     correct = (sampled == 1.0).reshape(len(prompts), spec.pass_n).sum(-1)
     for k in spec.pass_k:
         metrics[f"eval/pass@{k}"] = float(np.mean([pass_at_k(spec.pass_n, int(c), k) for c in correct]))

@@ -27,6 +27,7 @@ from rl4llm.train import logprobs as logprobs_lib
 
 class TrainState(flax.struct.PyTreeNode):
     """Everything the learner carries between RL steps (and everything a checkpoint holds)."""
+
     params: Any
     opt_state: Any
     ref_params: Any  # frozen reference policy for KL (the warm-start params); None when KL is off
@@ -35,6 +36,7 @@ class TrainState(flax.struct.PyTreeNode):
 
 class LearnerBatch(flax.struct.PyTreeNode):
     """One (mini)batch of N completions; P prompt tokens and T completion tokens per row."""
+
     tokens: jax.Array  # [N, P+T] int32
     attention_mask: jax.Array  # [N, P+T] int32 0/1
     completion_mask: jax.Array  # [N, T] float32: 1 on policy tokens
@@ -46,6 +48,7 @@ class LearnerBatch(flax.struct.PyTreeNode):
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
     """Static hyper-parameters of the learner step (hashable, so the step compiles once)."""
+
     loss: str
     loss_kwargs: tuple  # sorted (name, value) pairs
     agg_mode: str
@@ -58,8 +61,15 @@ class LearnerConfig:
     use_old_logp: bool  # False: one on-policy update, old = stop_gradient(current) (ratio 1)
 
 
-def make_optimizer(learning_rate: float, warmup_steps: int, weight_decay: float, grad_clip: float,
-                                      b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> optax.GradientTransformation:
+def make_optimizer(
+    learning_rate: float,
+    warmup_steps: int,
+    weight_decay: float,
+    grad_clip: float,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+) -> optax.GradientTransformation:
     """AdamW with linear warm-up to a constant learning rate, after global-norm gradient clipping."""
     schedule = optax.linear_schedule(0.0, learning_rate, warmup_steps) if warmup_steps > 0 else learning_rate
     adamw = optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
@@ -69,13 +79,25 @@ def make_optimizer(learning_rate: float, warmup_steps: int, weight_decay: float,
 def _microbatch_loss(model_cfg, cfg: LearnerConfig, params, ref_params, mb: LearnerBatch, agg_weights):
     """Loss of one micro-batch (its share of the whole-batch aggregate) and summed metrics."""
     completion_len = mb.completion_mask.shape[1]
-    logp_fn = functools.partial(logprobs_lib.completion_logprobs, model_cfg, completion_len=completion_len,
-                                                            temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size)
+    logp_fn = functools.partial(
+        logprobs_lib.completion_logprobs,
+        model_cfg,
+        completion_len=completion_len,
+        temperature=cfg.temperature,
+        chunk_size=cfg.logprob_chunk_size,
+    )
     logp, entropy = logp_fn(params, mb.tokens, mb.attention_mask)
     old_logp = mb.old_logp if cfg.use_old_logp else jax.lax.stop_gradient(logp)
     policy_loss = registry.get_policy_loss(cfg.loss)
-    loss, loss_metrics = policy_loss(logp, old_logp, mb.advantages, mb.completion_mask, agg_mode=cfg.agg_mode,
-                                                                      agg_weights=agg_weights, **dict(cfg.loss_kwargs))
+    loss, loss_metrics = policy_loss(
+        logp,
+        old_logp,
+        mb.advantages,
+        mb.completion_mask,
+        agg_mode=cfg.agg_mode,
+        agg_weights=agg_weights,
+        **dict(cfg.loss_kwargs),
+    )
     mask = mb.completion_mask
     sums = {"pg_loss": loss, "entropy": jnp.sum(entropy * mask)}
     if cfg.kl_coef > 0:
@@ -102,8 +124,9 @@ def _split_microbatches(tree, micro_batch_size: int):
     return jax.tree.map(lambda x: x.reshape((n // m, m) + x.shape[1:]), tree)
 
 
-def learner_step(model_cfg, cfg: LearnerConfig, optimizer: optax.GradientTransformation,
-                                  state: TrainState, batch: LearnerBatch) -> tuple[TrainState, dict]:
+def learner_step(
+    model_cfg, cfg: LearnerConfig, optimizer: optax.GradientTransformation, state: TrainState, batch: LearnerBatch
+) -> tuple[TrainState, dict]:
     """One optimizer update on `batch` (gradients accumulated over micro-batches)."""
     grad_fn = jax.value_and_grad(functools.partial(_microbatch_loss, model_cfg, cfg), has_aux=True)
 
@@ -124,7 +147,7 @@ def learner_step(model_cfg, cfg: LearnerConfig, optimizer: optax.GradientTransfo
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     tokens = jnp.maximum(sums.pop("tokens"), 1.0)
-    metrics = {"loss/pg": sums.pop("pg_loss"), "grad_norm": optax.global_norm(grads)}
+    metrics = {"loss/pg": sums.pop("pg_loss"), "grad_norm": optax.tree.norm(grads)}
     if "kl_loss" in sums:
         metrics["loss/kl"] = sums.pop("kl_loss")
     metrics.update({k.removesuffix("_tokensum"): v / tokens for k, v in sums.items()})

@@ -32,8 +32,9 @@ def _chunk_logprobs_entropy(model_cfg, params, hidden, targets, inv_temperature)
     return target_logits - log_z, entropy
 
 
-def completion_logprobs(model_cfg, params, tokens, attention_mask, completion_len: int, *,
-                                                temperature: float = 1.0, chunk_size: int = 128):
+def completion_logprobs(
+    model_cfg, params, tokens, attention_mask, completion_len: int, *, temperature: float = 1.0, chunk_size: int = 128
+):
     """Log-probs and entropies of the last `completion_len` tokens of each sequence.
 
     Args:
@@ -52,7 +53,7 @@ def completion_logprobs(model_cfg, params, tokens, attention_mask, completion_le
     prompt_len = length - completion_len
     positions = models.positions_from_mask(attention_mask)
     hidden, _ = models.forward(model_cfg, params, tokens, positions, attention_mask)
-    hidden = hidden[:, prompt_len - 1:length - 1]  # [N, T, H]: state that predicts each completion token
+    hidden = hidden[:, prompt_len - 1 : length - 1]  # [N, T, H]: state that predicts each completion token
     targets = tokens[:, prompt_len:]  # [N, T]
 
     chunk = min(chunk_size, completion_len)
@@ -64,7 +65,8 @@ def completion_logprobs(model_cfg, params, tokens, attention_mask, completion_le
     target_chunks = targets.reshape(n, num_chunks, chunk).swapaxes(0, 1)  # [K, N, C]
 
     one_chunk = jax.checkpoint(functools.partial(_chunk_logprobs_entropy, model_cfg))
-    logp, entropy = jax.lax.map(lambda xs: one_chunk(params, xs[0], xs[1], 1.0 / temperature),
-                                                            (hidden_chunks, target_chunks))
+    logp, entropy = jax.lax.map(
+        lambda xs: one_chunk(params, xs[0], xs[1], 1.0 / temperature), (hidden_chunks, target_chunks)
+    )
     unchunk = lambda x: x.swapaxes(0, 1).reshape(n, num_chunks * chunk)[:, :completion_len]
     return unchunk(logp), unchunk(entropy)

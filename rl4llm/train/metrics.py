@@ -14,13 +14,13 @@ from tensorboardX import SummaryWriter
 
 # Console columns: (metric key, header, format).
 CONSOLE_COLUMNS = (
-        ("reward", "reward", "{:.3f}"),
-        ("eval/greedy_accuracy", "eval_acc", "{:.3f}"),
-        ("entropy", "entropy", "{:.3f}"),
-        ("kl", "kl", "{:.4f}"),
-        ("clip_frac", "clip", "{:.3f}"),
-        ("response_length", "resp_len", "{:.1f}"),
-        ("tokens_per_s", "tok/s", "{:.0f}"),
+    ("reward", "reward", "{:.3f}"),
+    ("eval/greedy_accuracy", "eval_acc", "{:.3f}"),
+    ("entropy", "entropy", "{:.3f}"),
+    ("kl", "kl", "{:.4f}"),
+    ("clip_frac", "clip", "{:.3f}"),
+    ("response_length", "resp_len", "{:.1f}"),
+    ("tokens_per_s", "tok/s", "{:.0f}"),
 )
 
 
@@ -75,4 +75,3 @@ def read_metrics(workdir: str, stage: str | None = None) -> list[dict]:
                 latest[(record["stage"], record["step"])] = record
     order = {"sft": 0, "rl": 1}
     return [latest[k] for k in sorted(latest, key=lambda k: (order.get(k[0], 2), k[0], k[1]))]
-

@@ -22,8 +22,9 @@ class SFTState(flax.struct.PyTreeNode):
 
 def sft_loss(model_cfg, chunk_size: int, params, tokens, attention_mask, completion_mask):
     """Token-mean negative log-likelihood of the completions. tokens [N, P+T], completion_mask [N, T]."""
-    logp, _ = logprobs_lib.completion_logprobs(model_cfg, params, tokens, attention_mask,
-                                               completion_mask.shape[1], chunk_size=chunk_size)
+    logp, _ = logprobs_lib.completion_logprobs(
+        model_cfg, params, tokens, attention_mask, completion_mask.shape[1], chunk_size=chunk_size
+    )
     return -jnp.sum(logp * completion_mask) / jnp.maximum(jnp.sum(completion_mask), 1.0)
 
 
@@ -35,6 +36,6 @@ def make_sft_step(model_cfg, optimizer: optax.GradientTransformation, chunk_size
         loss, grads = jax.value_and_grad(loss_fn)(state.params, tokens, attention_mask, completion_mask)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        return SFTState(params=params, opt_state=opt_state), {"loss": loss, "grad_norm": optax.global_norm(grads)}
+        return SFTState(params=params, opt_state=opt_state), {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
     return jax.jit(step, donate_argnums=0)

@@ -41,6 +41,7 @@ RL_DATA_OFFSET = 1 << 20
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """What both stages share, built once from the config."""
+
     task_cfg: arithmetic.ArithmeticConfig
     tokenizer: sentencepiece_tokenizer.Tokenizer
     model_cfg: models.ModelConfig
@@ -52,27 +53,39 @@ class Setup:
 def build_setup(config, workdir: str) -> Setup:
     """Task, tokenizer (trained once and cached in the workdir), model config, sampler configs."""
     task_cfg = arithmetic.ArithmeticConfig(
-        min_operands=config.task.min_operands, max_operands=config.task.max_operands,
-        max_value=config.task.max_value, operators=config.task.operators,
-        test_fraction=config.task.test_fraction, seed=config.seed)
+        min_operands=config.task.min_operands,
+        max_operands=config.task.max_operands,
+        max_value=config.task.max_value,
+        operators=config.task.operators,
+        test_fraction=config.task.test_fraction,
+        seed=config.seed,
+    )
     tokenizer = sentencepiece_tokenizer.get_or_train_task_tokenizer(workdir, task_cfg)
     model_cfg = models.get_config(config.model.preset, vocab_size=tokenizer.vocab_size)
     rollout_cfg = sampling.SamplingConfig(
-        max_new_tokens=config.sampling.max_new_tokens, temperature=config.sampling.temperature,
-        top_k=config.sampling.top_k, top_p=config.sampling.top_p,
-        stop_token_ids=(tokenizer.eos_id,), pad_id=tokenizer.pad_id)
+        max_new_tokens=config.sampling.max_new_tokens,
+        temperature=config.sampling.temperature,
+        top_k=config.sampling.top_k,
+        top_p=config.sampling.top_p,
+        stop_token_ids=(tokenizer.eos_id,),
+        pad_id=tokenizer.pad_id,
+    )
     eval_spec = evaluate_lib.EvalSpec(
         greedy=dataclasses.replace(rollout_cfg, temperature=0.0, top_k=0, top_p=1.0),
-        sampled=rollout_cfg, pass_n=config.eval.pass_n, pass_k=tuple(config.eval.pass_k),
+        sampled=rollout_cfg,
+        pass_n=config.eval.pass_n,
+        pass_k=tuple(config.eval.pass_k),
         prompt_bucket=config.sampling.prompt_bucket,
-        batch_size=config.rl.num_prompts * config.rl.num_generations)
+        batch_size=config.rl.num_prompts * config.rl.num_generations,
+    )
     eval_examples = tuple(arithmetic.test_examples(task_cfg, config.eval.num_examples))
     return Setup(task_cfg, tokenizer, model_cfg, rollout_cfg, eval_examples, eval_spec)
 
 
 def _evaluate(setup: Setup, params, key) -> dict:
-    return evaluate_lib.evaluate(setup.model_cfg, params, setup.tokenizer, setup.eval_examples, key,
-                                 setup.eval_spec, arithmetic_reward.score)
+    return evaluate_lib.evaluate(
+        setup.model_cfg, params, setup.tokenizer, setup.eval_examples, key, setup.eval_spec, arithmetic_reward.score
+    )
 
 
 def _should(every: int, step: int, last: int) -> bool:
@@ -85,10 +98,12 @@ def _should(every: int, step: int, last: int) -> bool:
 def sft_batch(config, setup: Setup, step: int):
     """Tokens [N, P+T], attention mask [N, P+T] and completion mask [N, T] of SFT step `step`."""
     examples = arithmetic.train_examples(setup.task_cfg, step, config.sft.batch_size)
-    prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, [e.prompt for e in examples],
-                                                        config.sampling.prompt_bucket)
+    prompt_tokens, prompt_mask = batches.encode_prompts(
+        setup.tokenizer, [e.prompt for e in examples], config.sampling.prompt_bucket
+    )
     completion_tokens, completion_mask = batches.encode_completions(
-        setup.tokenizer, [e.solution for e in examples], config.sampling.max_new_tokens)
+        setup.tokenizer, [e.solution for e in examples], config.sampling.max_new_tokens
+    )
     tokens, attention_mask = batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask)
     return tokens, attention_mask, jnp.asarray(completion_mask)
 
@@ -99,8 +114,9 @@ def run_sft(config, setup: Setup, key, writer: metrics_lib.MetricsWriter, workdi
     optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.warmup_steps, cfg.weight_decay, cfg.grad_clip)
     params = models.init_params(setup.model_cfg, jax.random.fold_in(key, 0))
     state = sft_lib.SFTState(params=params, opt_state=optimizer.init(params))
-    ckpt = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints", "sft"),
-                                      max_to_keep=config.checkpoint.max_to_keep)
+    ckpt = checkpointing.Checkpointer(
+        os.path.join(workdir, "checkpoints", "sft"), max_to_keep=config.checkpoint.max_to_keep
+    )
     restored = ckpt.restore_latest(state)
     start = 0
     if restored is not None:
@@ -130,10 +146,17 @@ def run_sft(config, setup: Setup, key, writer: metrics_lib.MetricsWriter, workdi
 def learner_config(config) -> learner_lib.LearnerConfig:
     rl = config.rl
     return learner_lib.LearnerConfig(
-        loss=rl.loss, loss_kwargs=tuple(sorted(rl.loss_kwargs.to_dict().items())), agg_mode=rl.agg_mode,
-        kl_coef=rl.kl_coef, kl_kind=rl.kl_kind, entropy_coef=rl.entropy_coef,
-        temperature=config.sampling.temperature, micro_batch_size=rl.micro_batch_size,
-        logprob_chunk_size=rl.logprob_chunk_size, use_old_logp=rl.ppo_epochs * rl.num_minibatches > 1)
+        loss=rl.loss,
+        loss_kwargs=tuple(sorted(rl.loss_kwargs.to_dict().items())),
+        agg_mode=rl.agg_mode,
+        kl_coef=rl.kl_coef,
+        kl_kind=rl.kl_kind,
+        entropy_coef=rl.entropy_coef,
+        temperature=config.sampling.temperature,
+        micro_batch_size=rl.micro_batch_size,
+        logprob_chunk_size=rl.logprob_chunk_size,
+        use_old_logp=rl.ppo_epochs * rl.num_minibatches > 1,
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("name", "num_groups", "kwargs"))
@@ -151,21 +174,26 @@ def rollout_and_score(config, setup: Setup, params, step: int, key):
     """
     rl = config.rl
     examples = arithmetic.train_examples(setup.task_cfg, RL_DATA_OFFSET + step, rl.num_prompts)
-    prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, [e.prompt for e in examples],
-                                                        config.sampling.prompt_bucket)
+    prompt_tokens, prompt_mask = batches.encode_prompts(
+        setup.tokenizer, [e.prompt for e in examples], config.sampling.prompt_bucket
+    )
     prompt_tokens = np.repeat(prompt_tokens, rl.num_generations, axis=0)
     prompt_mask = np.repeat(prompt_mask, rl.num_generations, axis=0)
     rollout = sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg)
     completion_tokens, completion_mask, finished = jax.device_get(
-        (rollout.completion_tokens, rollout.completion_mask, rollout.finished))
+        (rollout.completion_tokens, rollout.completion_mask, rollout.finished)
+    )
     texts = batches.decode_completions(setup.tokenizer, completion_tokens, completion_mask)
     answers = [e.answer for e in examples for _ in range(rl.num_generations)]
     scores = np.asarray([arithmetic_reward.score(t, a) for t, a in zip(texts, answers)], np.float32)
     grouped = scores.reshape(rl.num_prompts, rl.num_generations)
     host_metrics = {
-        "reward": scores.mean(), "reward_std": scores.std(),
-        "response_length": completion_mask.sum(-1).mean(), "truncated_frac": 1.0 - finished.mean(),
-        "solve_none_frac": np.mean(grouped.max(-1) == 0), "solve_all_frac": np.mean(grouped.min(-1) == 1),
+        "reward": scores.mean(),
+        "reward_std": scores.std(),
+        "response_length": completion_mask.sum(-1).mean(),
+        "truncated_frac": 1.0 - finished.mean(),
+        "solve_none_frac": np.mean(grouped.max(-1) == 0),
+        "solve_all_frac": np.mean(grouped.min(-1) == 1),
         "generated_tokens": completion_mask.sum(),
     }
     return rollout, scores, host_metrics
@@ -181,20 +209,33 @@ def rl_step(config, setup: Setup, learner_step, old_logp_fn, state, step: int):
     t_gen = time.time() - t0
     mask = rollout.completion_mask.astype(jnp.float32)
     group_ids = jnp.repeat(jnp.arange(rl.num_prompts), rl.num_generations)
-    advantages = _advantages(jnp.asarray(scores), group_ids, mask, name=rl.advantage, num_groups=rl.num_prompts,
-                             kwargs=tuple(sorted(rl.advantage_kwargs.to_dict().items())))
-    tokens, attention_mask = batches.join_sequences(rollout.prompt_tokens, rollout.prompt_mask,
-                                                    rollout.completion_tokens, rollout.completion_mask)
+    advantages = _advantages(
+        jnp.asarray(scores),
+        group_ids,
+        mask,
+        name=rl.advantage,
+        num_groups=rl.num_prompts,
+        kwargs=tuple(sorted(rl.advantage_kwargs.to_dict().items())),
+    )
+    tokens, attention_mask = batches.join_sequences(
+        rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens, rollout.completion_mask
+    )
     old_logp = old_logp_fn(state.params, tokens, attention_mask) if old_logp_fn else rollout.logprobs
-    batch = learner_lib.LearnerBatch(tokens=tokens, attention_mask=attention_mask, completion_mask=mask,
-                                     advantages=advantages, old_logp=old_logp, sampler_logp=rollout.logprobs)
+    batch = learner_lib.LearnerBatch(
+        tokens=tokens,
+        attention_mask=attention_mask,
+        completion_mask=mask,
+        advantages=advantages,
+        old_logp=old_logp,
+        sampler_logp=rollout.logprobs,
+    )
     updates = []
     for epoch in range(rl.ppo_epochs):
         order = jax.random.permutation(jax.random.fold_in(step_key, 1 + epoch), n) if rl.num_minibatches > 1 else None
         shuffled = batch if order is None else jax.tree.map(lambda x: x[order], batch)
         size = n // rl.num_minibatches
         for i in range(rl.num_minibatches):
-            state, update_metrics = learner_step(state, jax.tree.map(lambda x: x[i * size:(i + 1) * size], shuffled))
+            state, update_metrics = learner_step(state, jax.tree.map(lambda x: x[i * size : (i + 1) * size], shuffled))
             updates.append(update_metrics)
     updates = jax.device_get(updates)
     t_step = time.time() - t0
@@ -202,8 +243,14 @@ def rl_step(config, setup: Setup, learner_step, old_logp_fn, state, step: int):
     # The sampler/learner gap is meaningful before any update of this step.
     metrics["logp_gap_sampler_learner"] = updates[0]["logp_gap_sampler_learner"]
     metrics.update(host_metrics)
-    metrics.update({"time/gen_s": t_gen, "time/learn_s": t_step - t_gen, "time/step_s": t_step,
-                    "tokens_per_s": host_metrics["generated_tokens"] / t_step})
+    metrics.update(
+        {
+            "time/gen_s": t_gen,
+            "time/learn_s": t_step - t_gen,
+            "time/step_s": t_step,
+            "tokens_per_s": host_metrics["generated_tokens"] / t_step,
+        }
+    )
     return state, metrics
 
 
@@ -212,11 +259,14 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
     rl = config.rl
     optimizer = learner_lib.make_optimizer(rl.learning_rate, rl.warmup_steps, rl.weight_decay, rl.grad_clip)
     state = learner_lib.TrainState(
-        params=init_params, opt_state=optimizer.init(init_params),
+        params=init_params,
+        opt_state=optimizer.init(init_params),
         ref_params=jax.tree.map(jnp.copy, init_params) if rl.kl_coef > 0 else None,
-        key=jax.random.key_data(jax.random.fold_in(key, 1)))
-    ckpt = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints", "rl"),
-                                      max_to_keep=config.checkpoint.max_to_keep)
+        key=jax.random.key_data(jax.random.fold_in(key, 1)),
+    )
+    ckpt = checkpointing.Checkpointer(
+        os.path.join(workdir, "checkpoints", "rl"), max_to_keep=config.checkpoint.max_to_keep
+    )
     restored = ckpt.restore_latest(state)
     start, last_eval = 0, None
     if restored is not None:
@@ -226,9 +276,17 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
     learner_step = learner_lib.make_learner_step(setup.model_cfg, lcfg, optimizer)
     old_logp_fn = None
     if lcfg.use_old_logp:
-        old_logp_fn = jax.jit(lambda p, t, m: logprobs_lib.completion_logprobs(
-            setup.model_cfg, p, t, m, config.sampling.max_new_tokens, temperature=lcfg.temperature,
-            chunk_size=lcfg.logprob_chunk_size)[0])
+        old_logp_fn = jax.jit(
+            lambda p, t, m: logprobs_lib.completion_logprobs(
+                setup.model_cfg,
+                p,
+                t,
+                m,
+                config.sampling.max_new_tokens,
+                temperature=lcfg.temperature,
+                chunk_size=lcfg.logprob_chunk_size,
+            )[0]
+        )
     end = rl.steps if stop_after_step is None else min(rl.steps, stop_after_step)
     for step in range(start + 1, end + 1):
         state, step_metrics = rl_step(config, setup, learner_step, old_logp_fn, state, step - 1)
@@ -270,22 +328,33 @@ def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
     setup = build_setup(config, workdir)
     key = jax.random.key(config.seed)
     writer = metrics_lib.MetricsWriter(workdir)
-    num_params = sum(x.size for x in jax.tree.leaves(jax.eval_shape(
-        functools.partial(models.init_params, setup.model_cfg), jax.random.key(0))))
-    print(f"model {config.model.preset}: {num_params / 1e6:.2f}M params, {setup.model_cfg}; "
-          f"devices: {jax.devices()}", flush=True)
+    num_params = sum(
+        x.size
+        for x in jax.tree.leaves(
+            jax.eval_shape(functools.partial(models.init_params, setup.model_cfg), jax.random.key(0))
+        )
+    )
+    print(
+        f"model {config.model.preset}: {num_params / 1e6:.2f}M params, {setup.model_cfg}; " f"devices: {jax.devices()}",
+        flush=True,
+    )
     sft_params, sft_eval = run_sft(config, setup, key, writer, workdir)
-    _, rl_eval, rl_steps = run_rl(config, setup, sft_params, key, writer, workdir,
-                                  stop_after_step=stop_after_rl_step)
+    _, rl_eval, rl_steps = run_rl(config, setup, sft_params, key, writer, workdir, stop_after_step=stop_after_rl_step)
     writer.close()
     rl_eval = rl_eval or sft_eval
     summary = {
-        "sft_eval_accuracy": sft_eval["eval/greedy_accuracy"], "rl_eval_accuracy": rl_eval["eval/greedy_accuracy"],
-        "rl_steps": rl_steps, "wall_seconds": time.time() - t0, "sft_eval": sft_eval, "rl_eval": rl_eval,
+        "sft_eval_accuracy": sft_eval["eval/greedy_accuracy"],
+        "rl_eval_accuracy": rl_eval["eval/greedy_accuracy"],
+        "rl_steps": rl_steps,
+        "wall_seconds": time.time() - t0,
+        "sft_eval": sft_eval,
+        "rl_eval": rl_eval,
         "devices": f"{jax.devices()[0].platform} x{jax.device_count()}",
     }
     with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
-    print(f"done in {summary['wall_seconds']:.0f} s; summary in {workdir}/summary.json\n{summary_table(summary)}",
-          flush=True)
+    print(
+        f"done in {summary['wall_seconds']:.0f} s; summary in {workdir}/summary.json\n{summary_table(summary)}",
+        flush=True,
+    )
     return summary
