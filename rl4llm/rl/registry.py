@@ -15,13 +15,13 @@ Advantages — the trainer calls::
 
     get_advantage(name)(scores, group_ids, mask, num_groups=G, lengths=None,
                         [rewards=..., values=..., baseline_scores=..., reward_components=...,
-                         seq_metric=..., key=...,] **config.rl.advantage_kwargs)
+                         seq_metric=...,] **config.rl.advantage_kwargs)
 
     scores[N] outcome reward, group_ids[N] ints in [0, G), mask[N, T], G static;
     lengths[N] (default Σ_t mask), rewards[N, T] token-level rewards (default: scores on the last valid
     token, verl's convention; pass them to include e.g. a KL-in-reward penalty),
     values[N, T] critic values, baseline_scores[N] (ReMax greedy reward), reward_components[N, K]
-    (GDPO multi-reward), seq_metric[N] (CANON split metric), key (PRNG key).
+    (GDPO multi-reward), seq_metric[N] (CANON split metric).
     Returns advantages [N] or [N, T] (losses broadcast [N] over tokens). Estimators in
     `RETURNS_VALUE_TARGETS` (critic methods: "gae") return `(advantages[N, T], returns[N, T])`.
 
@@ -29,7 +29,7 @@ Policy losses — the trainer calls::
 
     get_policy_loss(name)(logp, old_logp, advantages, mask,
                           agg_mode=agg_mode_for(name, config.rl.agg_mode), agg_weights=..., is_weights=...,
-                          [key=..., entropy=..., ref_logp=..., proxy_logp=..., target_advantages=...,]
+                          [key=..., entropy=..., proxy_logp=..., target_advantages=...,]
                           **config.rl.loss_kwargs)
 
     and gets `(loss, metrics)`. `agg_weights[N, T]` (optional) are `aggregation_weights(full_mask,
@@ -104,11 +104,11 @@ FORCED_AGG_MODE: dict[str, str] = {
 
 ADVANTAGE_INPUTS = (
     "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values",
-    "baseline_scores", "reward_components", "seq_metric", "key",
+    "baseline_scores", "reward_components", "seq_metric",
 )
 LOSS_INPUTS = (
     "logp", "old_logp", "advantages", "mask", "agg_mode", "agg_weights", "is_weights",
-    "key", "entropy", "ref_logp", "proxy_logp", "target_advantages",
+    "key", "entropy", "proxy_logp", "target_advantages",
 )
 
 
