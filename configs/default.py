@@ -11,6 +11,9 @@ Every other recipe in configs/ starts from this one and changes only what differ
 
 import ml_collections
 
+from rl4llm.rl import registry
+from rl4llm.train import config_validation
+
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the default config (every field of every recipe has its default here)."""
@@ -52,10 +55,12 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl.steps = 200
     c.rl.num_prompts = 32  # prompts per step
     c.rl.num_generations = 8  # completions per prompt (the group)
+    # Methods by registry name. `*_kwargs` hold every hyper-parameter of every registered method as
+    # None = "the method's default"; set ones are checked against the selected method's signature.
     c.rl.advantage = "grpo"
-    c.rl.advantage_kwargs = ml_collections.ConfigDict({"normalize_std": True})
+    c.rl.advantage_kwargs = config_validation.hyperparameter_fields(registry.ADVANTAGES, registry.ADVANTAGE_INPUTS)
     c.rl.loss = "ppo_clip"
-    c.rl.loss_kwargs = ml_collections.ConfigDict({"clip_low": 0.2, "clip_high": 0.28, "dual_clip": 3.0})
+    c.rl.loss_kwargs = config_validation.hyperparameter_fields(registry.POLICY_LOSSES, registry.LOSS_INPUTS)
     c.rl.agg_mode = "token-mean"
     c.rl.kl_coef = 0.0  # > 0: KL to the frozen warm-start policy in the loss
     c.rl.kl_kind = "k3"

@@ -146,7 +146,7 @@ def test_learner_step_invariant_to_micro_batching():
                 ref_params=jax.tree.map(lambda x: x * 0.9, params),
                 key=jax.random.key_data(jax.random.key(0)),
             )
-            new_state, metrics = learner_lib.make_learner_step(model_cfg, cfg, optimizer)(state, batch)
+            new_state, metrics = learner_lib.make_learner_step(model_cfg, cfg, optimizer)(state, batch, jax.random.key(3))
             results[mode, micro] = (new_state.params, metrics)
         ref_params, ref_metrics = results[mode, 0]
         assert ref_metrics["loss/pg"] != 0
@@ -206,6 +206,26 @@ def test_unknown_loss_hyperparameter_is_named():
     with pytest.raises(config_validation.ConfigError) as info:
         config_validation.validate(config)
     assert "config.rl.loss_kwargs.clip_hgh" in str(info.value) and "clip_high" in str(info.value)
+
+
+def test_hyperparameter_of_another_method_is_rejected_and_unset_ones_are_not_passed():
+    config = default.get_config()
+    config.rl.loss_kwargs.tau = 0.1  # a kimi hyper-parameter, not ppo_clip's
+    with pytest.raises(config_validation.ConfigError) as info:
+        config_validation.validate(config)
+    assert "config.rl.loss_kwargs.tau: not a hyper-parameter of this method" in str(info.value)
+    config = default.get_config()
+    config.rl.loss = "cispo"
+    config.rl.loss_kwargs.clip_high = 5.0
+    config_validation.validate(config)
+    assert config_validation.set_kwargs(config.rl.loss_kwargs) == {"clip_high": 5.0}
+
+
+def test_methods_needing_inputs_the_loop_lacks_are_rejected():
+    config = default.get_config()
+    config.rl.advantage = "gae"
+    with pytest.raises(config_validation.ConfigError, match="config.rl.advantage='gae': needs values"):
+        config_validation.validate(config)
 
 
 def test_default_config_is_valid_and_all_errors_are_reported_together():

@@ -6,18 +6,66 @@ and says what is allowed, and all problems of a config are reported at once.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import types
+import typing
 
 import ml_collections
+from ml_collections import config_dict
 
 from rl4llm import models
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import registry
+from rl4llm.train import learner
+
+# Standard inputs the training loop passes to every advantage estimator.
+PROVIDED_ADVANTAGE_INPUTS = ("scores", "group_ids", "mask", "num_groups", "lengths", "rewards")
 
 
 class ConfigError(ValueError):
     """An invalid config; the message lists every offending field."""
+
+
+_SCALAR_TYPES = (bool, int, float, str)
+
+
+def _unwrap(fn):
+    return fn.func if isinstance(fn, functools.partial) else fn
+
+
+def _scalar_type(annotation):
+    """float for `float`, `Optional[float]`, `float | None`; None for non-scalar annotations."""
+    if annotation in _SCALAR_TYPES:
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 and args[0] in _SCALAR_TYPES else None
+    return None
+
+
+def hyperparameter_fields(table: dict, standard_inputs: tuple) -> ml_collections.ConfigDict:
+    """One typed `None` placeholder per scalar hyper-parameter of any method in a registry table.
+
+    Used for `config.rl.advantage_kwargs` / `config.rl.loss_kwargs`: every hyper-parameter can be set
+    from the command line (`--config.rl.loss_kwargs.clip_high=0.28`); `None` means "the method's own
+    default", and only the fields that are set are passed to the selected method.
+    """
+    fields = {}
+    for fn in table.values():
+        fn = _unwrap(fn)
+        hints = typing.get_type_hints(fn)
+        for name in inspect.signature(fn).parameters:
+            field_type = _scalar_type(hints.get(name))
+            if name not in standard_inputs and field_type is not None:
+                fields.setdefault(name, config_dict.placeholder(field_type))
+    return ml_collections.ConfigDict(dict(sorted(fields.items())))
+
+
+def set_kwargs(kwargs: ml_collections.ConfigDict) -> dict:
+    """The hyper-parameters that are set (not None) in a `*_kwargs` config field."""
+    return {k: v for k, v in kwargs.to_dict().items() if v is not None}
 
 
 def _check_positive_int(errors, config, path, *, minimum=1):
@@ -47,6 +95,19 @@ def _get(config, path):
     return node
 
 
+def _check_inputs_provided(errors, path, name, fn, standard_inputs, provided):
+    """A method whose signature requires a standard input the trainer does not pass cannot run."""
+    params = inspect.signature(fn).parameters
+    missing = [
+        p for p in params if p in standard_inputs and p not in provided and params[p].default is inspect.Parameter.empty
+    ]
+    if missing:
+        errors.append(
+            f"config.{path}={name!r}: needs {', '.join(missing)}, which the training loop does not provide yet; "
+            "pick another method (rl4llm/rl/registry.py)"
+        )
+
+
 def _check_kwargs(errors, path, fn, kwargs, standard_inputs):
     """Every key of `kwargs` must be a keyword hyper-parameter of `fn`."""
     params = inspect.signature(fn).parameters
@@ -62,18 +123,15 @@ def _method_errors(config) -> list[str]:
     _check_choice(errors, config, "rl.advantage", registry.ADVANTAGES)
     _check_choice(errors, config, "rl.loss", registry.POLICY_LOSSES)
     if rl.advantage in registry.ADVANTAGES:
-        fn = registry.ADVANTAGES[rl.advantage]
-        _check_kwargs(
-            errors,
-            "rl.advantage_kwargs",
-            getattr(fn, "func", fn),
-            rl.advantage_kwargs.to_dict(),
-            registry.ADVANTAGE_INPUTS,
+        fn = _unwrap(registry.ADVANTAGES[rl.advantage])
+        _check_kwargs(errors, "rl.advantage_kwargs", fn, set_kwargs(rl.advantage_kwargs), registry.ADVANTAGE_INPUTS)
+        _check_inputs_provided(
+            errors, "rl.advantage", rl.advantage, fn, registry.ADVANTAGE_INPUTS, PROVIDED_ADVANTAGE_INPUTS
         )
     if rl.loss in registry.POLICY_LOSSES:
-        _check_kwargs(
-            errors, "rl.loss_kwargs", registry.POLICY_LOSSES[rl.loss], rl.loss_kwargs.to_dict(), registry.LOSS_INPUTS
-        )
+        fn = _unwrap(registry.POLICY_LOSSES[rl.loss])
+        _check_kwargs(errors, "rl.loss_kwargs", fn, set_kwargs(rl.loss_kwargs), registry.LOSS_INPUTS)
+        _check_inputs_provided(errors, "rl.loss", rl.loss, fn, registry.LOSS_INPUTS, learner.PROVIDED_LOSS_INPUTS)
     _check_choice(errors, config, "rl.agg_mode", aggregation.AGG_MODES)
     _check_choice(errors, config, "rl.kl_kind", kl_lib.KINDS)
     return errors

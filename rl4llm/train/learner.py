@@ -76,7 +76,12 @@ def make_optimizer(
     return optax.chain(optax.clip_by_global_norm(grad_clip), adamw) if grad_clip > 0 else adamw
 
 
-def _microbatch_loss(model_cfg, cfg: LearnerConfig, params, ref_params, mb: LearnerBatch, agg_weights):
+# Standard inputs the learner passes to every policy loss (besides logp, old_logp, advantages, mask).
+PROVIDED_LOSS_INPUTS = ("logp", "old_logp", "advantages", "mask", "agg_mode", "agg_weights", "is_weights", "key",
+                        "entropy")
+
+
+def _microbatch_loss(model_cfg, cfg: LearnerConfig, params, ref_params, mb: LearnerBatch, agg_weights, key):
     """Loss of one micro-batch (its share of the whole-batch aggregate) and summed metrics."""
     completion_len = mb.completion_mask.shape[1]
     logp_fn = functools.partial(
@@ -94,8 +99,10 @@ def _microbatch_loss(model_cfg, cfg: LearnerConfig, params, ref_params, mb: Lear
         old_logp,
         mb.advantages,
         mb.completion_mask,
-        agg_mode=cfg.agg_mode,
+        agg_mode=registry.agg_mode_for(cfg.loss, cfg.agg_mode),
         agg_weights=agg_weights,
+        key=key,
+        entropy=jax.lax.stop_gradient(entropy),
         **dict(cfg.loss_kwargs),
     )
     mask = mb.completion_mask
@@ -125,22 +132,32 @@ def _split_microbatches(tree, micro_batch_size: int):
 
 
 def learner_step(
-    model_cfg, cfg: LearnerConfig, optimizer: optax.GradientTransformation, state: TrainState, batch: LearnerBatch
+    model_cfg,
+    cfg: LearnerConfig,
+    optimizer: optax.GradientTransformation,
+    state: TrainState,
+    batch: LearnerBatch,
+    key: jax.Array,
 ) -> tuple[TrainState, dict]:
-    """One optimizer update on `batch` (gradients accumulated over micro-batches)."""
+    """One optimizer update on `batch` (gradients accumulated over micro-batches).
+
+    `key` feeds losses that draw random numbers (clip_cov); micro-batch i uses fold_in(key, i).
+    """
     grad_fn = jax.value_and_grad(functools.partial(_microbatch_loss, model_cfg, cfg), has_aux=True)
 
     def accumulate(carry, xs):
         grads, sums = carry
-        (_, mb_sums), mb_grads = grad_fn(state.params, state.ref_params, *xs)
+        mb, mb_weights, index = xs
+        (_, mb_sums), mb_grads = grad_fn(state.params, state.ref_params, mb, mb_weights, jax.random.fold_in(key, index))
         return (jax.tree.map(jnp.add, grads, mb_grads), jax.tree.map(jnp.add, sums, mb_sums)), None
 
     # Weights of the WHOLE minibatch, sliced per micro-batch: Σ over micro-batches = full-batch aggregate.
     agg_mode = registry.agg_mode_for(cfg.loss, cfg.agg_mode)
     agg_weights = aggregation.aggregation_weights(batch.completion_mask, agg_mode)
-    xs = _split_microbatches((batch, agg_weights), cfg.micro_batch_size)
-    first = jax.tree.map(lambda x: x[0], xs)
-    sums_shape = jax.eval_shape(lambda: grad_fn(state.params, state.ref_params, *first)[0][1])
+    mb, mb_weights = _split_microbatches((batch, agg_weights), cfg.micro_batch_size)
+    xs = (mb, mb_weights, jnp.arange(mb_weights.shape[0]))
+    first = jax.tree.map(lambda x: x[0], (mb, mb_weights))
+    sums_shape = jax.eval_shape(lambda: grad_fn(state.params, state.ref_params, *first, key)[0][1])
     zeros = lambda tree: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
     (grads, sums), _ = jax.lax.scan(accumulate, (zeros(state.params), zeros(sums_shape)), xs)
 

@@ -147,7 +147,7 @@ def learner_config(config) -> learner_lib.LearnerConfig:
     rl = config.rl
     return learner_lib.LearnerConfig(
         loss=rl.loss,
-        loss_kwargs=tuple(sorted(rl.loss_kwargs.to_dict().items())),
+        loss_kwargs=tuple(sorted(config_validation.set_kwargs(rl.loss_kwargs).items())),
         agg_mode=rl.agg_mode,
         kl_coef=rl.kl_coef,
         kl_kind=rl.kl_kind,
@@ -215,7 +215,7 @@ def rl_step(config, setup: Setup, learner_step, old_logp_fn, state, step: int):
         mask,
         name=rl.advantage,
         num_groups=rl.num_prompts,
-        kwargs=tuple(sorted(rl.advantage_kwargs.to_dict().items())),
+        kwargs=tuple(sorted(config_validation.set_kwargs(rl.advantage_kwargs).items())),
     )
     tokens, attention_mask = batches.join_sequences(
         rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens, rollout.completion_mask
@@ -235,7 +235,9 @@ def rl_step(config, setup: Setup, learner_step, old_logp_fn, state, step: int):
         shuffled = batch if order is None else jax.tree.map(lambda x: x[order], batch)
         size = n // rl.num_minibatches
         for i in range(rl.num_minibatches):
-            state, update_metrics = learner_step(state, jax.tree.map(lambda x: x[i * size : (i + 1) * size], shuffled))
+            minibatch = jax.tree.map(lambda x: x[i * size : (i + 1) * size], shuffled)
+            update_key = jax.random.fold_in(step_key, 1000 + len(updates))
+            state, update_metrics = learner_step(state, minibatch, update_key)
             updates.append(update_metrics)
     updates = jax.device_get(updates)
     t_step = time.time() - t0
