@@ -20,14 +20,15 @@ def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
 
-    # The built-in task (rl4llm.data.arithmetic): prompt "37+48-19=", answer "37+48=85;85-19=66;#66".
+    # The built-in task (rl4llm.data.arithmetic): prompt "3+7-5+8=", answer "3+7=10;10-5=5;5+8=13;#13".
     c.task = ml_collections.ConfigDict()
     c.task.name = "arithmetic"
-    c.task.min_operands = 3
-    c.task.max_operands = 3
-    c.task.max_value = 99
+    c.task.min_operands = 4
+    c.task.max_operands = 4
+    c.task.max_value = 9
     c.task.operators = "+-"
     c.task.test_fraction = 0.1
+    c.task.reward = "exact_answer"  # rl4llm.rewards.REWARDS
 
     # Decoder preset from rl4llm.models.PRESETS; vocab_size comes from the tokenizer.
     c.model = ml_collections.ConfigDict()
@@ -45,7 +46,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.sft = ml_collections.ConfigDict()
     c.sft.steps = 300
     c.sft.batch_size = 64
-    c.sft.learning_rate = 1e-3
+    c.sft.learning_rate = 3e-3
     c.sft.warmup_steps = 20
     c.sft.weight_decay = 0.0
     c.sft.grad_clip = 1.0
@@ -53,7 +54,7 @@ def get_config() -> ml_collections.ConfigDict:
     # RL (rl4llm.rl kernels by name; rl4llm.train.learner).
     c.rl = ml_collections.ConfigDict()
     c.rl.steps = 200
-    c.rl.num_prompts = 32  # prompts per step
+    c.rl.num_prompts = 16  # prompts per step
     c.rl.num_generations = 8  # completions per prompt (the group)
     # Methods by registry name. `*_kwargs` hold every hyper-parameter of every registered method as
     # None = "the method's default"; set ones are checked against the selected method's signature.
@@ -65,10 +66,21 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl.kl_coef = 0.0  # > 0: KL to the frozen warm-start policy in the loss
     c.rl.kl_kind = "k3"
     c.rl.entropy_coef = 0.0
+    c.rl.kl_in_reward = False  # True: the KL penalty goes into the token reward (verl use_kl_in_reward), not the loss
+    c.rl.kl_target = 0.0  # > 0: adaptive KL coefficient (starting at kl_coef) toward this KL (Ziegler controller)
+    c.rl.kl_horizon = 10000  # horizon of the adaptive KL controller, in sequences
+    c.rl.ref_reset_every = 0  # > 0: every n RL steps, reference <- policy and optimizer state re-initialised (ProRL)
+    c.rl.entropy_target = 0.0  # > 0: adaptive entropy_coef toward this mean token entropy (Skywork-OR1)
+    c.rl.entropy_coef_delta = 0.005  # step of the adaptive entropy coefficient
+    c.rl.token_selection = "all"  # "high_entropy": policy gradient only on the batch's top-rho entropy tokens (80/20)
+    c.rl.token_selection_rho = 0.2
+    c.rl.proxy_min_p = 0.02  # Lp-Reg: min-p of the proxy distribution (losses that need proxy_logp)
+    c.rl.tis_cap = 0.0  # > 0: truncated importance sampling min(pi_learner/pi_sampler, cap) on the policy loss
+    c.rl.tis_level = "token"  # "token" | "sequence"
     c.rl.ppo_epochs = 1
     c.rl.num_minibatches = 1
     c.rl.micro_batch_size = 0  # 0: the whole minibatch at once; else gradient accumulation
-    c.rl.learning_rate = 2e-4
+    c.rl.learning_rate = 1e-4
     c.rl.warmup_steps = 5
     c.rl.weight_decay = 0.0
     c.rl.grad_clip = 1.0
@@ -76,13 +88,13 @@ def get_config() -> ml_collections.ConfigDict:
 
     # Held-out evaluation: greedy accuracy, and pass@k from `pass_n` samples at the rollout temperature.
     c.eval = ml_collections.ConfigDict()
-    c.eval.num_examples = 256
-    c.eval.every = 25
+    c.eval.num_examples = 512
+    c.eval.every = 40
     c.eval.pass_n = 4
     c.eval.pass_k = (1, 4)
 
     c.log_every = 5
     c.checkpoint = ml_collections.ConfigDict()
-    c.checkpoint.every = 25
+    c.checkpoint.every = 40
     c.checkpoint.max_to_keep = 3
     return c

@@ -39,8 +39,12 @@ def chunked_logprobs_and_entropy(
     *,
     chunk_size: int,
     temperature: float = 1.0,
-) -> tuple[jax.Array, jax.Array]:  # ([N, T], [N, T])
+    min_p: Optional[float] = None,
+) -> tuple[jax.Array, ...]:  # ([N, T], [N, T]) or ([N, T], [N, T], [N, T])
     """Log-prob of `targets` and entropy under softmax(unembed(h)/temperature), in float32, chunked over T.
+
+    With `min_p`, also returns the Lp-Reg proxy log-probs `minp_proxy_logprobs(z, targets, min_p=min_p)` of
+    the same (temperature-scaled) logits z as a third output, without gradient.
 
     The sequence axis is split into chunks of `chunk_size` (T is padded up to a multiple) and mapped with
     `lax.map`; each chunk's computation is wrapped in `jax.checkpoint`, so neither the forward nor the
@@ -60,11 +64,14 @@ def chunked_logprobs_and_entropy(
     def one_chunk(xs):
         h_chunk, t_chunk = xs
         logits = unembed_fn(h_chunk).astype(jnp.float32) / temperature  # [N, chunk, V]
-        return _logprobs_and_entropy(logits, t_chunk)
+        outputs = _logprobs_and_entropy(logits, t_chunk)
+        if min_p is None:
+            return outputs
+        return outputs + (minp_proxy_logprobs(jax.lax.stop_gradient(logits), t_chunk, min_p=min_p),)
 
-    logp, ent = jax.lax.map(one_chunk, (hidden_chunks, target_chunks))  # [C, N, chunk] each
+    outputs = jax.lax.map(one_chunk, (hidden_chunks, target_chunks))  # [C, N, chunk] each
     unchunk = lambda x: x.swapaxes(0, 1).reshape(n, num_chunks * chunk_size)[:, :t]  # noqa: E731
-    return unchunk(logp), unchunk(ent)
+    return tuple(unchunk(x) for x in outputs)
 
 
 def minp_proxy_logprobs(

@@ -160,6 +160,20 @@ def get_policy_loss(name: str) -> Callable[..., Any]:
     return call
 
 
+def _declared(fn: Callable[..., Any], standard: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(p for p in inspect.signature(fn).parameters if p in standard)
+
+
+def advantage_inputs(name: str) -> frozenset[str]:
+    """The standard inputs (`ADVANTAGE_INPUTS`) that advantage estimator `name` declares."""
+    return _declared(_lookup(ADVANTAGES, name, "advantage estimator"), ADVANTAGE_INPUTS)
+
+
+def policy_loss_inputs(name: str) -> frozenset[str]:
+    """The standard inputs (`LOSS_INPUTS`) that policy loss `name` declares."""
+    return _declared(_lookup(POLICY_LOSSES, name, "policy loss"), LOSS_INPUTS)
+
+
 def agg_mode_for(loss_name: str, configured_mode: str) -> str:
     """The aggregation mode loss `loss_name` actually uses given the configured one."""
     _lookup(POLICY_LOSSES, loss_name, "policy loss")

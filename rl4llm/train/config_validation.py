@@ -15,13 +15,14 @@ import ml_collections
 from ml_collections import config_dict
 
 from rl4llm import models
+from rl4llm import rewards
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import registry
 from rl4llm.train import learner
 
-# Standard inputs the training loop passes to every advantage estimator.
-PROVIDED_ADVANTAGE_INPUTS = ("scores", "group_ids", "mask", "num_groups", "lengths", "rewards")
+# Standard inputs the training loop passes to advantage estimators (baseline_scores: ReMax's greedy rollout).
+PROVIDED_ADVANTAGE_INPUTS = ("scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "baseline_scores")
 
 
 class ConfigError(ValueError):
@@ -137,6 +138,38 @@ def _method_errors(config) -> list[str]:
     return errors
 
 
+def _control_errors(config) -> list[str]:
+    """KL / entropy control, token selection and importance-sampling fields."""
+    errors = []
+    rl = config.rl
+    if not isinstance(rl.kl_in_reward, bool):
+        errors.append(f"config.rl.kl_in_reward={rl.kl_in_reward!r}: must be True or False")
+    _check_range(errors, config, "rl.kl_target", 0.0, 1e3)
+    _check_positive_int(errors, config, "rl.kl_horizon")
+    _check_positive_int(errors, config, "rl.ref_reset_every", minimum=0)
+    _check_range(errors, config, "rl.entropy_target", 0.0, 1e3)
+    _check_range(errors, config, "rl.entropy_coef_delta", 0.0, 1.0)
+    _check_choice(errors, config, "rl.token_selection", {"all", "high_entropy"})
+    _check_range(errors, config, "rl.token_selection_rho", 0.0, 1.0, low_open=True)
+    _check_range(errors, config, "rl.proxy_min_p", 0.0, 1.0, low_open=True)
+    _check_range(errors, config, "rl.tis_cap", 0.0, 1e9)
+    _check_choice(errors, config, "rl.tis_level", {"token", "sequence"})
+    if isinstance(rl.kl_coef, (int, float)) and rl.kl_coef <= 0:
+        for path, value, what in (
+            ("rl.kl_in_reward", rl.kl_in_reward, "puts the KL penalty in the reward"),
+            ("rl.kl_target", rl.kl_target, "adapts the KL coefficient"),
+            ("rl.ref_reset_every", rl.ref_reset_every, "resets the KL reference policy"),
+        ):
+            if value:
+                errors.append(f"config.{path}={value!r}: {what}, but config.rl.kl_coef=0 turns KL off; set it > 0")
+    if isinstance(rl.entropy_target, (int, float)) and rl.entropy_target > 0 and not 0 <= rl.entropy_coef <= 1:
+        errors.append(
+            f"config.rl.entropy_coef={rl.entropy_coef!r}: the adaptive entropy coefficient "
+            f"(config.rl.entropy_target={rl.entropy_target}) starts here and stays in [0, 1]"
+        )
+    return errors
+
+
 def _batch_errors(config) -> list[str]:
     errors = []
     rl = config.rl
@@ -183,6 +216,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if not task.operators or set(task.operators) - set("+-*"):
         errors.append(f"config.task.operators={task.operators!r}: must be a non-empty subset of '+-*'")
     _check_range(errors, config, "task.test_fraction", 0.0, 0.5, low_open=True)
+    _check_choice(errors, config, "task.reward", rewards.REWARDS)
     _check_choice(errors, config, "model.preset", models.PRESETS)
 
     _check_range(errors, config, "sampling.temperature", 0.0, 100.0, low_open=True)
@@ -203,6 +237,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_positive_int(errors, config, "rl.logprob_chunk_size")
     errors += _batch_errors(config)
     errors += _method_errors(config)
+    errors += _control_errors(config)
 
     _check_positive_int(errors, config, "eval.num_examples")
     _check_positive_int(errors, config, "eval.every")

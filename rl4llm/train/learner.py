@@ -2,7 +2,9 @@
 
 The step recomputes the completion log-probs (and entropies) under the current params, the
 reference log-probs when KL is on, evaluates the configured policy loss from `rl4llm.rl` (by
-name), adds the KL and entropy terms, and applies one optax update. Gradient accumulation over
+name) with optional per-token weights (truncated IS against the sampler, a token-selection mask),
+adds the KL and entropy terms (fixed coefficients, or adaptive ones carried in the TrainState),
+applies one optax update, and logs whole-batch token statistics (entropy percentiles, Cov(logp, A)). Gradient accumulation over
 micro-batches is a `lax.scan` inside the step; the loss of every term is aggregated with
 whole-batch weights (`rl.aggregation.aggregation_weights`), so the update does not depend on
 the micro-batch size (nor on how the batch is sharded across devices).
@@ -21,6 +23,7 @@ import optax
 
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
+from rl4llm.rl import losses as losses_lib
 from rl4llm.rl import registry
 from rl4llm.train import logprobs as logprobs_lib
 
@@ -32,6 +35,10 @@ class TrainState(flax.struct.PyTreeNode):
     opt_state: Any
     ref_params: Any  # frozen reference policy for KL (the warm-start params); None when KL is off
     key: jax.Array  # uint32 key data; the draws of RL step s come from fold_in(key, s)
+    # Adaptive coefficients (float32 scalars) when the run adapts them (config.rl.kl_target /
+    # config.rl.entropy_target > 0); None: the fixed LearnerConfig value is used.
+    kl_coef: Any = None
+    entropy_coef: Any = None
 
 
 class LearnerBatch(flax.struct.PyTreeNode):
@@ -43,6 +50,9 @@ class LearnerBatch(flax.struct.PyTreeNode):
     advantages: jax.Array  # [N, T] float32
     old_logp: jax.Array  # [N, T] float32: log-probs before this step's updates (PPO "old")
     sampler_logp: jax.Array  # [N, T] float32: log-probs the sampler reported
+    token_weights: Any = None  # [N, T] float32 multiplied into the loss's is_weights (e.g. forking-token mask)
+    proxy_logp: Any = None  # [N, T] float32 Lp-Reg proxy log-probs (losses that declare proxy_logp)
+    target_advantages: Any = None  # [N] float32 GBPO targets (losses that declare target_advantages)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +62,15 @@ class LearnerConfig:
     loss: str
     loss_kwargs: tuple  # sorted (name, value) pairs
     agg_mode: str
-    kl_coef: float
+    kl_coef: float  # KL-in-loss coefficient (the initial one when adaptive); 0: no KL term in the loss
     kl_kind: str
-    entropy_coef: float
+    entropy_coef: float  # entropy bonus coefficient (the initial one when adaptive)
     temperature: float
     micro_batch_size: int  # 0: no accumulation
     logprob_chunk_size: int
     use_old_logp: bool  # False: one on-policy update, old = stop_gradient(current) (ratio 1)
+    tis_cap: float = 0.0  # > 0: truncated IS weights against the sampler log-probs on the policy loss
+    tis_level: str = "token"  # "token" | "sequence" (losses.truncated_is_weights)
 
 
 def make_optimizer(
@@ -77,12 +89,69 @@ def make_optimizer(
 
 
 # Standard inputs the learner passes to every policy loss (besides logp, old_logp, advantages, mask).
-PROVIDED_LOSS_INPUTS = ("logp", "old_logp", "advantages", "mask", "agg_mode", "agg_weights", "is_weights", "key",
-                        "entropy")
+PROVIDED_LOSS_INPUTS = (
+    "logp",
+    "old_logp",
+    "advantages",
+    "mask",
+    "agg_mode",
+    "agg_weights",
+    "is_weights",
+    "key",
+    "entropy",
+    "proxy_logp",
+    "target_advantages",
+)
+# LearnerBatch fields forwarded to the policy loss when they are set.
+_OPTIONAL_LOSS_INPUTS = ("proxy_logp", "target_advantages")
 
 
-def _microbatch_loss(model_cfg, cfg: LearnerConfig, params, ref_params, mb: LearnerBatch, agg_weights, key):
-    """Loss of one micro-batch (its share of the whole-batch aggregate) and summed metrics."""
+def coefficients(cfg: LearnerConfig, state: TrainState) -> tuple:
+    """(KL-in-loss coefficient, entropy coefficient) of this update; None where the term is off.
+
+    Adaptive coefficients come from the state (they change between steps without recompiling);
+    fixed ones from the config. The KL term is on iff `cfg.kl_coef > 0`; the entropy term iff the
+    coefficient is adaptive or `cfg.entropy_coef != 0` (a negative one minimises entropy).
+    """
+    kl_coef = None if cfg.kl_coef <= 0 else (cfg.kl_coef if state.kl_coef is None else state.kl_coef)
+    entropy_coef = state.entropy_coef if state.entropy_coef is not None else (cfg.entropy_coef or None)
+    return kl_coef, entropy_coef
+
+
+def policy_is_weights(cfg: LearnerConfig, old_logp, mb: LearnerBatch):
+    """Per-token weights [N, T] of the policy loss (or None): batch token weights × truncated IS weights.
+
+    TIS (Yao et al. 2025): `min(exp(old_logp − sampler_logp), tis_cap)` per token or per sequence, where
+    old_logp are the learner's log-probs of the rollout policy (`losses.truncated_is_weights`).
+    """
+    weights = mb.token_weights
+    if cfg.tis_cap > 0:
+        tis = losses_lib.truncated_is_weights(
+            old_logp, mb.sampler_logp, mb.completion_mask, cap=cfg.tis_cap, level=cfg.tis_level
+        )
+        weights = tis if weights is None else weights * tis
+    return weights
+
+
+def token_statistics(logp, entropy, advantages, mask) -> dict:  # [N, T] each
+    """Whole-batch token statistics: entropy percentiles and the log-prob/advantage covariance.
+
+    `cov = mean_valid((A − mean_valid A)·(logp − mean_valid logp))`, the centred token covariance whose
+    sign predicts the entropy change under policy gradient (Cui et al. 2025, "The Entropy Mechanism of
+    RL for Reasoning LMs", ΔH ≈ −η·Cov(log π, A)).
+    """
+    centred_adv = advantages - aggregation.masked_mean(advantages, mask)
+    centred_logp = logp - aggregation.masked_mean(logp, mask)
+    stats = {"cov_logp_adv": aggregation.masked_mean(centred_adv * centred_logp, mask)}
+    for q in (10, 50, 90):
+        stats[f"entropy_p{q}"] = aggregation.masked_quantile(entropy, mask, q / 100)
+    return stats
+
+
+def _microbatch_loss(model_cfg, cfg: LearnerConfig, params, ref_params, coefs, mb: LearnerBatch, agg_weights, key):
+    """Loss of one micro-batch (its share of the whole-batch aggregate), summed metrics, and the
+    micro-batch's (log-probs, entropies) [m, T] without gradient."""
+    kl_coef, entropy_coef = coefs
     completion_len = mb.completion_mask.shape[1]
     logp_fn = functools.partial(
         logprobs_lib.completion_logprobs,
@@ -93,6 +162,8 @@ def _microbatch_loss(model_cfg, cfg: LearnerConfig, params, ref_params, mb: Lear
     )
     logp, entropy = logp_fn(params, mb.tokens, mb.attention_mask)
     old_logp = mb.old_logp if cfg.use_old_logp else jax.lax.stop_gradient(logp)
+    is_weights = policy_is_weights(cfg, old_logp, mb)
+    extras = {name: getattr(mb, name) for name in _OPTIONAL_LOSS_INPUTS if getattr(mb, name) is not None}
     policy_loss = registry.get_policy_loss(cfg.loss)
     loss, loss_metrics = policy_loss(
         logp,
@@ -101,27 +172,31 @@ def _microbatch_loss(model_cfg, cfg: LearnerConfig, params, ref_params, mb: Lear
         mb.completion_mask,
         agg_mode=registry.agg_mode_for(cfg.loss, cfg.agg_mode),
         agg_weights=agg_weights,
+        is_weights=is_weights,
         key=key,
         entropy=jax.lax.stop_gradient(entropy),
+        **extras,
         **dict(cfg.loss_kwargs),
     )
     mask = mb.completion_mask
     sums = {"pg_loss": loss, "entropy": jnp.sum(entropy * mask)}
-    if cfg.kl_coef > 0:
+    if is_weights is not None:
+        sums["is_weight"] = jnp.sum(is_weights * mask)
+    if kl_coef is not None:
         ref_logp, _ = logp_fn(ref_params, mb.tokens, mb.attention_mask)
         kl = kl_lib.estimate(logp, jax.lax.stop_gradient(ref_logp), cfg.kl_kind)
         kl_loss = jnp.sum(kl * agg_weights)
-        loss = loss + cfg.kl_coef * kl_loss
+        loss = loss + kl_coef * kl_loss
         sums["kl_loss"] = kl_loss
         sums["kl"] = jnp.sum(kl * mask)
-    if cfg.entropy_coef > 0:
-        loss = loss - cfg.entropy_coef * jnp.sum(entropy * agg_weights)
+    if entropy_coef is not None:
+        loss = loss - entropy_coef * jnp.sum(entropy * agg_weights)
     # Loss metrics are masked means over the micro-batch: weight them by its token count.
     tokens = jnp.sum(mask)
     sums.update({f"{k}_tokensum": v * tokens for k, v in loss_metrics.items()})
     sums["tokens"] = tokens
     sums["logp_gap_sampler_learner"] = jnp.sum(jnp.abs(logp - mb.sampler_logp) * mask)
-    return loss, sums
+    return loss, (sums, jax.lax.stop_gradient((logp, entropy)))
 
 
 def _split_microbatches(tree, micro_batch_size: int):
@@ -144,12 +219,14 @@ def learner_step(
     `key` feeds losses that draw random numbers (clip_cov); micro-batch i uses fold_in(key, i).
     """
     grad_fn = jax.value_and_grad(functools.partial(_microbatch_loss, model_cfg, cfg), has_aux=True)
+    coefs = coefficients(cfg, state)
 
     def accumulate(carry, xs):
         grads, sums = carry
         mb, mb_weights, index = xs
-        (_, mb_sums), mb_grads = grad_fn(state.params, state.ref_params, mb, mb_weights, jax.random.fold_in(key, index))
-        return (jax.tree.map(jnp.add, grads, mb_grads), jax.tree.map(jnp.add, sums, mb_sums)), None
+        mb_key = jax.random.fold_in(key, index)
+        (_, (mb_sums, mb_tokens)), mb_grads = grad_fn(state.params, state.ref_params, coefs, mb, mb_weights, mb_key)
+        return (jax.tree.map(jnp.add, grads, mb_grads), jax.tree.map(jnp.add, sums, mb_sums)), mb_tokens
 
     # Weights of the WHOLE minibatch, sliced per micro-batch: Σ over micro-batches = full-batch aggregate.
     agg_mode = registry.agg_mode_for(cfg.loss, cfg.agg_mode)
@@ -157,9 +234,10 @@ def learner_step(
     mb, mb_weights = _split_microbatches((batch, agg_weights), cfg.micro_batch_size)
     xs = (mb, mb_weights, jnp.arange(mb_weights.shape[0]))
     first = jax.tree.map(lambda x: x[0], (mb, mb_weights))
-    sums_shape = jax.eval_shape(lambda: grad_fn(state.params, state.ref_params, *first, key)[0][1])
+    sums_shape = jax.eval_shape(lambda: grad_fn(state.params, state.ref_params, coefs, *first, key)[0][1][0])
     zeros = lambda tree: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
-    (grads, sums), _ = jax.lax.scan(accumulate, (zeros(state.params), zeros(sums_shape)), xs)
+    (grads, sums), (logp, entropy) = jax.lax.scan(accumulate, (zeros(state.params), zeros(sums_shape)), xs)
+    unsplit = lambda x: x.reshape(batch.completion_mask.shape)  # noqa: E731
 
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
@@ -168,6 +246,7 @@ def learner_step(
     if "kl_loss" in sums:
         metrics["loss/kl"] = sums.pop("kl_loss")
     metrics.update({k.removesuffix("_tokensum"): v / tokens for k, v in sums.items()})
+    metrics.update(token_statistics(unsplit(logp), unsplit(entropy), batch.advantages, batch.completion_mask))
     return state.replace(params=params, opt_state=opt_state), metrics
 
 

@@ -22,7 +22,15 @@ from rl4llm.rl import entropy as entropy_lib
 
 
 def completion_logprobs(
-    model_cfg, params, tokens, attention_mask, completion_len: int, *, temperature: float = 1.0, chunk_size: int = 128
+    model_cfg,
+    params,
+    tokens,
+    attention_mask,
+    completion_len: int,
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 128,
+    min_p: float | None = None,
 ):
     """Log-probs and entropies of the last `completion_len` tokens of each sequence.
 
@@ -34,9 +42,11 @@ def completion_logprobs(
         completion_len: T (static).
         temperature: rollout temperature τ (>0); logits are divided by it.
         chunk_size: completion positions projected to the vocabulary at once.
+        min_p: if set, also the Lp-Reg min-p proxy log-probs (`rl.entropy.minp_proxy_logprobs`), no gradient.
 
     Returns:
-        (logp [N, T], entropy [N, T]) float32; values at masked positions are finite but meaningless.
+        (logp [N, T], entropy [N, T]) float32, plus proxy_logp [N, T] with `min_p`; values at masked
+        positions are finite but meaningless.
     """
     length = tokens.shape[1]
     prompt_len = length - completion_len
@@ -47,5 +57,5 @@ def completion_logprobs(
 
     unembed = functools.partial(models.unembed, model_cfg, params)
     return entropy_lib.chunked_logprobs_and_entropy(
-        hidden, targets, unembed, chunk_size=min(chunk_size, completion_len), temperature=temperature
+        hidden, targets, unembed, chunk_size=min(chunk_size, completion_len), temperature=temperature, min_p=min_p
     )

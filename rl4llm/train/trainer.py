@@ -1,6 +1,10 @@
 """The main job: tokenizer, model, SFT warm start, RL (GRPO by default), evaluation, checkpoints.
 
-`run(config, workdir)` is what `experiments/train.py` calls. Both stages checkpoint with Orbax under
+`run(config, workdir)` is what `experiments/train.py` calls. An RL step (`rl_step`) is: rollout and score,
+an optional forward pass of the rollout policy (old log-probs, entropies for the forking-token mask,
+Lp-Reg proxy log-probs, KL in the reward), advantages by registry name (with ReMax's greedy baseline
+rollout when needed), the learner updates, then the adaptive KL / entropy controllers and the
+periodic reference reset. Both stages checkpoint with Orbax under
 `<workdir>/checkpoints/{sft,rl}`; running again with the same workdir resumes from the newest
 readable checkpoint and continues exactly as the uninterrupted run would (every random draw of RL
 step s comes from `fold_in(key, s)` and the data of step s is a pure function of s).
@@ -13,6 +17,8 @@ import functools
 import json
 import os
 import time
+from typing import Callable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +27,10 @@ import numpy as np
 from rl4llm import models
 from rl4llm import sampling
 from rl4llm.data import arithmetic
-from rl4llm.rewards import arithmetic as arithmetic_reward
+from rl4llm import rewards
+from rl4llm.rl import advantages as advantages_lib
+from rl4llm.rl import entropy as entropy_lib
+from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import registry
 from rl4llm.tokenizers import sentencepiece_tokenizer
 from rl4llm.train import batches
@@ -48,6 +57,7 @@ class Setup:
     rollout_cfg: sampling.SamplingConfig
     eval_examples: tuple
     eval_spec: evaluate_lib.EvalSpec
+    score_fn: Callable[[str, str], float]  # reward of (completion text, reference answer)
 
 
 def build_setup(config, workdir: str) -> Setup:
@@ -79,12 +89,13 @@ def build_setup(config, workdir: str) -> Setup:
         batch_size=config.rl.num_prompts * config.rl.num_generations,
     )
     eval_examples = tuple(arithmetic.test_examples(task_cfg, config.eval.num_examples))
-    return Setup(task_cfg, tokenizer, model_cfg, rollout_cfg, eval_examples, eval_spec)
+    score_fn = rewards.get_reward(config.task.reward)
+    return Setup(task_cfg, tokenizer, model_cfg, rollout_cfg, eval_examples, eval_spec, score_fn)
 
 
 def _evaluate(setup: Setup, params, key) -> dict:
     return evaluate_lib.evaluate(
-        setup.model_cfg, params, setup.tokenizer, setup.eval_examples, key, setup.eval_spec, arithmetic_reward.score
+        setup.model_cfg, params, setup.tokenizer, setup.eval_examples, key, setup.eval_spec, setup.score_fn
     )
 
 
@@ -149,43 +160,71 @@ def learner_config(config) -> learner_lib.LearnerConfig:
         loss=rl.loss,
         loss_kwargs=tuple(sorted(config_validation.set_kwargs(rl.loss_kwargs).items())),
         agg_mode=rl.agg_mode,
-        kl_coef=rl.kl_coef,
+        kl_coef=0.0 if rl.kl_in_reward else rl.kl_coef,
         kl_kind=rl.kl_kind,
         entropy_coef=rl.entropy_coef,
         temperature=config.sampling.temperature,
         micro_batch_size=rl.micro_batch_size,
         logprob_chunk_size=rl.logprob_chunk_size,
         use_old_logp=rl.ppo_epochs * rl.num_minibatches > 1,
+        tis_cap=rl.tis_cap,
+        tis_level=rl.tis_level,
     )
 
 
 @functools.partial(jax.jit, static_argnames=("name", "num_groups", "kwargs"))
-def _advantages(scores, group_ids, mask, *, name: str, num_groups: int, kwargs: tuple):
-    """Advantages [N, T] (zero outside the mask) from the registered estimator `name`."""
-    adv = registry.get_advantage(name)(scores, group_ids, mask, num_groups=num_groups, **dict(kwargs))
+def _advantages(scores, group_ids, mask, *, name: str, num_groups: int, kwargs: tuple, **inputs):
+    """Advantages [N, T] (zero outside the mask) from the registered estimator `name`.
+
+    `inputs`: optional standard inputs (rewards [N, T], baseline_scores [N]) for estimators that declare them.
+    """
+    adv = registry.get_advantage(name)(scores, group_ids, mask, num_groups=num_groups, **inputs, **dict(kwargs))
     adv = adv[:, None] if adv.ndim == 1 else adv
     return jnp.broadcast_to(adv, mask.shape) * mask
+
+
+def _step_prompts(config, setup: Setup, step: int):
+    """The RL step's examples and their left-padded prompt tokens / mask [B, P] (a pure function of step)."""
+    examples = arithmetic.train_examples(setup.task_cfg, RL_DATA_OFFSET + step, config.rl.num_prompts)
+    prompt_tokens, prompt_mask = batches.encode_prompts(
+        setup.tokenizer, [e.prompt for e in examples], config.sampling.prompt_bucket
+    )
+    return examples, prompt_tokens, prompt_mask
+
+
+def _score(setup: Setup, rollout, answers) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Host rewards [N] of a rollout (one device->host transfer), its completion mask [N, T] and finished [N]."""
+    completion_tokens, completion_mask, finished = jax.device_get(
+        (rollout.completion_tokens, rollout.completion_mask, rollout.finished)
+    )
+    texts = batches.decode_completions(setup.tokenizer, completion_tokens, completion_mask)
+    scores = np.asarray([setup.score_fn(t, a) for t, a in zip(texts, answers)], np.float32)
+    return scores, completion_mask, finished
+
+
+def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.ndarray:
+    """ReMax baseline (Li et al. 2024): reward of the greedy completion of each prompt, repeated over its group [N].
+
+    One extra greedy rollout of the step's B prompts (verl: `do_sample=False` generation in the trainer).
+    """
+    examples, prompt_tokens, prompt_mask = _step_prompts(config, setup, step)
+    rollout = sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, setup.eval_spec.greedy)
+    scores, _, _ = _score(setup, rollout, [e.answer for e in examples])
+    return np.repeat(scores, config.rl.num_generations)
 
 
 def rollout_and_score(config, setup: Setup, params, step: int, key):
     """Samples G completions for each of the step's prompts and scores them on the host.
 
-    Returns (learner batch fields, host metrics). One device->host transfer of the completions.
+    Returns (rollout, scores [N], host metrics). One device->host transfer of the completions.
     """
     rl = config.rl
-    examples = arithmetic.train_examples(setup.task_cfg, RL_DATA_OFFSET + step, rl.num_prompts)
-    prompt_tokens, prompt_mask = batches.encode_prompts(
-        setup.tokenizer, [e.prompt for e in examples], config.sampling.prompt_bucket
-    )
+    examples, prompt_tokens, prompt_mask = _step_prompts(config, setup, step)
     prompt_tokens = np.repeat(prompt_tokens, rl.num_generations, axis=0)
     prompt_mask = np.repeat(prompt_mask, rl.num_generations, axis=0)
     rollout = sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg)
-    completion_tokens, completion_mask, finished = jax.device_get(
-        (rollout.completion_tokens, rollout.completion_mask, rollout.finished)
-    )
-    texts = batches.decode_completions(setup.tokenizer, completion_tokens, completion_mask)
     answers = [e.answer for e in examples for _ in range(rl.num_generations)]
-    scores = np.asarray([arithmetic_reward.score(t, a) for t, a in zip(texts, answers)], np.float32)
+    scores, completion_mask, finished = _score(setup, rollout, answers)
     grouped = scores.reshape(rl.num_prompts, rl.num_generations)
     host_metrics = {
         "reward": scores.mean(),
@@ -199,35 +238,122 @@ def rollout_and_score(config, setup: Setup, params, step: int, key):
     return rollout, scores, host_metrics
 
 
-def rl_step(config, setup: Setup, learner_step, old_logp_fn, state, step: int):
-    """One RL step: rollout, score, advantages, `ppo_epochs x num_minibatches` learner updates."""
+@dataclasses.dataclass(frozen=True)
+class RLPrograms:
+    """The compiled pieces of the RL stage, built once per run."""
+
+    optimizer: Any
+    learner_step: Callable  # (state, batch, key) -> (state, metrics), state donated
+    # (params, tokens, attention_mask) -> (logp, entropy[, proxy_logp]) [N, T] of the completions, or None
+    # when no step statistic of the rollout policy is needed (see `needs_behaviour_pass`).
+    behaviour_fn: Callable | None
+
+
+def needs_behaviour_pass(config) -> bool:
+    """Whether an RL step needs a forward pass of the rollout policy before learning: old log-probs
+    (several updates per step), entropies (forking-token mask), Lp-Reg proxy log-probs, or the
+    log-probs of the KL-in-reward penalty."""
+    rl = config.rl
+    return (
+        rl.ppo_epochs * rl.num_minibatches > 1
+        or rl.token_selection == "high_entropy"
+        or "proxy_logp" in registry.policy_loss_inputs(rl.loss)
+        or rl.kl_in_reward
+    )
+
+
+def update_controllers(config, state, *, current_kl, entropy, num_sequences: int):
+    """Adaptive coefficients after an RL step (no-op for fixed ones).
+
+    KL (Ziegler et al. 2019, `rl.kl.adaptive_kl_coef`): β ← β·(1 + clip(KL/target − 1, ±0.2)·N/horizon).
+    Entropy (Skywork-OR1, `rl.entropy.adaptive_entropy_coef`): c ← clip(c ± δ, 0, 1), up while the mean
+    token entropy is below the target. `current_kl` / `entropy` are the step's measurements.
+    """
+    rl = config.rl
+    if state.kl_coef is not None:
+        kl_coef = kl_lib.adaptive_kl_coef(
+            state.kl_coef, current_kl, num_sequences, target=rl.kl_target, horizon=rl.kl_horizon
+        )
+        state = state.replace(kl_coef=jnp.asarray(kl_coef, jnp.float32))
+    if state.entropy_coef is not None:
+        entropy_coef = entropy_lib.adaptive_entropy_coef(
+            state.entropy_coef, entropy, target=rl.entropy_target, delta=rl.entropy_coef_delta
+        )
+        state = state.replace(entropy_coef=jnp.asarray(entropy_coef, jnp.float32))
+    return state
+
+
+def maybe_reset_reference(config, state, optimizer, steps_done: int):
+    """ProRL reference reset (Liu et al. 2025, "ProRL"): after every `rl.ref_reset_every`-th RL step the
+    reference policy becomes a copy of the current policy and the optimizer state is re-initialised.
+
+    Returns (state, whether it reset)."""
+    every = config.rl.ref_reset_every
+    if not every or steps_done % every:
+        return state, False
+    params = state.params
+    return state.replace(ref_params=jax.tree.map(jnp.copy, params), opt_state=optimizer.init(params)), True
+
+
+def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
+    """One RL step: rollout, score, advantages, `ppo_epochs x num_minibatches` learner updates, controllers."""
     rl = config.rl
     n = rl.num_prompts * rl.num_generations
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
     rollout, scores, host_metrics = rollout_and_score(config, setup, state.params, step, step_key)
+    advantage_inputs = registry.advantage_inputs(rl.advantage)
+    extra_inputs = {}
+    if "baseline_scores" in advantage_inputs:
+        baseline = greedy_baseline_scores(config, setup, state.params, step, jax.random.fold_in(step_key, 2))
+        extra_inputs["baseline_scores"] = jnp.asarray(baseline)
+        host_metrics["greedy_baseline_reward"] = baseline.mean()
     t_gen = time.time() - t0
     mask = rollout.completion_mask.astype(jnp.float32)
     group_ids = jnp.repeat(jnp.arange(rl.num_prompts), rl.num_generations)
+    tokens, attention_mask = batches.join_sequences(
+        rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens, rollout.completion_mask
+    )
+    behaviour = programs.behaviour_fn(state.params, tokens, attention_mask) if programs.behaviour_fn else None
+    adv_scores = jnp.asarray(scores)
+    current_kl = None
+    if rl.kl_in_reward:
+        ref_logp = programs.behaviour_fn(state.ref_params, tokens, attention_mask)[0]
+        kl_coef = rl.kl_coef if state.kl_coef is None else state.kl_coef
+        rewards, current_kl = kl_lib.kl_in_reward(
+            registry.last_token_rewards(adv_scores, mask), behaviour[0], ref_logp, mask, coef=kl_coef, kind=rl.kl_kind
+        )
+        adv_scores = jnp.sum(rewards, axis=-1)  # verl: outcome estimators use Σ_t token rewards
+        extra_inputs["rewards"] = rewards
+        host_metrics["kl"] = current_kl
     advantages = _advantages(
-        jnp.asarray(scores),
+        adv_scores,
         group_ids,
         mask,
         name=rl.advantage,
         num_groups=rl.num_prompts,
         kwargs=tuple(sorted(config_validation.set_kwargs(rl.advantage_kwargs).items())),
+        **{k: v for k, v in extra_inputs.items() if k in advantage_inputs},
     )
-    tokens, attention_mask = batches.join_sequences(
-        rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens, rollout.completion_mask
-    )
-    old_logp = old_logp_fn(state.params, tokens, attention_mask) if old_logp_fn else rollout.logprobs
+    loss_inputs = registry.policy_loss_inputs(rl.loss)
     batch = learner_lib.LearnerBatch(
         tokens=tokens,
         attention_mask=attention_mask,
         completion_mask=mask,
         advantages=advantages,
-        old_logp=old_logp,
+        old_logp=behaviour[0] if learner_config(config).use_old_logp else rollout.logprobs,
         sampler_logp=rollout.logprobs,
+        token_weights=(
+            entropy_lib.forking_token_mask(behaviour[1], mask, rho=rl.token_selection_rho)
+            if rl.token_selection == "high_entropy"
+            else None
+        ),
+        proxy_logp=behaviour[2] if "proxy_logp" in loss_inputs else None,
+        target_advantages=(
+            advantages_lib.gbpo_targets(adv_scores, group_ids, num_groups=rl.num_prompts)
+            if "target_advantages" in loss_inputs
+            else None
+        ),
     )
     updates = []
     for epoch in range(rl.ppo_epochs):
@@ -237,13 +363,27 @@ def rl_step(config, setup: Setup, learner_step, old_logp_fn, state, step: int):
         for i in range(rl.num_minibatches):
             minibatch = jax.tree.map(lambda x: x[i * size : (i + 1) * size], shuffled)
             update_key = jax.random.fold_in(step_key, 1000 + len(updates))
-            state, update_metrics = learner_step(state, minibatch, update_key)
+            state, update_metrics = programs.learner_step(state, minibatch, update_key)
             updates.append(update_metrics)
     updates = jax.device_get(updates)
-    t_step = time.time() - t0
     metrics = {k: np.mean([u[k] for u in updates]) for k in updates[0]}
-    # The sampler/learner gap is meaningful before any update of this step.
-    metrics["logp_gap_sampler_learner"] = updates[0]["logp_gap_sampler_learner"]
+    # The sampler/learner gap and the step's KL / entropy are measured before any update of this step.
+    first = updates[0]
+    metrics["logp_gap_sampler_learner"] = first["logp_gap_sampler_learner"]
+    # The learner carries adaptive coefficients through unchanged: these are the values this step used.
+    coefs = {"kl_coef": state.kl_coef, "entropy_coef": state.entropy_coef}
+    metrics.update({k: v for k, v in jax.device_get(coefs).items() if v is not None})
+    state = update_controllers(
+        config,
+        state,
+        current_kl=first.get("kl") if current_kl is None else current_kl,
+        entropy=first["entropy"],
+        num_sequences=n,
+    )
+    state, reset = maybe_reset_reference(config, state, programs.optimizer, step + 1)
+    if rl.ref_reset_every:
+        metrics["ref_reset"] = float(reset)
+    t_step = time.time() - t0
     metrics.update(host_metrics)
     metrics.update(
         {
@@ -256,16 +396,47 @@ def rl_step(config, setup: Setup, learner_step, old_logp_fn, state, step: int):
     return state, metrics
 
 
-def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop_after_step=None):
-    """RL stage; returns (final params, last eval metrics, steps done)."""
+def init_rl_state(config, init_params, optimizer, key) -> learner_lib.TrainState:
+    """The RL stage's initial TrainState: reference copy when KL is on, adaptive coefficients when adapted."""
     rl = config.rl
-    optimizer = learner_lib.make_optimizer(rl.learning_rate, rl.warmup_steps, rl.weight_decay, rl.grad_clip)
-    state = learner_lib.TrainState(
+    return learner_lib.TrainState(
         params=init_params,
         opt_state=optimizer.init(init_params),
         ref_params=jax.tree.map(jnp.copy, init_params) if rl.kl_coef > 0 else None,
         key=jax.random.key_data(jax.random.fold_in(key, 1)),
+        kl_coef=jnp.asarray(rl.kl_coef, jnp.float32) if rl.kl_target > 0 else None,
+        entropy_coef=jnp.asarray(rl.entropy_coef, jnp.float32) if rl.entropy_target > 0 else None,
     )
+
+
+def build_rl_programs(config, setup: Setup, optimizer) -> RLPrograms:
+    """Jitted learner step and (when needed) the rollout-policy forward pass."""
+    lcfg = learner_config(config)
+    behaviour_fn = None
+    if needs_behaviour_pass(config):
+        min_p = config.rl.proxy_min_p if "proxy_logp" in registry.policy_loss_inputs(config.rl.loss) else None
+        behaviour_fn = jax.jit(
+            functools.partial(
+                logprobs_lib.completion_logprobs,
+                setup.model_cfg,
+                completion_len=config.sampling.max_new_tokens,
+                temperature=lcfg.temperature,
+                chunk_size=lcfg.logprob_chunk_size,
+                min_p=min_p,
+            )
+        )
+    return RLPrograms(
+        optimizer=optimizer,
+        learner_step=learner_lib.make_learner_step(setup.model_cfg, lcfg, optimizer),
+        behaviour_fn=behaviour_fn,
+    )
+
+
+def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop_after_step=None):
+    """RL stage; returns (final params, last eval metrics, steps done)."""
+    rl = config.rl
+    optimizer = learner_lib.make_optimizer(rl.learning_rate, rl.warmup_steps, rl.weight_decay, rl.grad_clip)
+    state = init_rl_state(config, init_params, optimizer, key)
     ckpt = checkpointing.Checkpointer(
         os.path.join(workdir, "checkpoints", "rl"), max_to_keep=config.checkpoint.max_to_keep
     )
@@ -274,24 +445,10 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
     if restored is not None:
         state, start, last_eval = restored.state, restored.step, restored.meta.get("eval")
         print(f"resuming RL from step {start}", flush=True)
-    lcfg = learner_config(config)
-    learner_step = learner_lib.make_learner_step(setup.model_cfg, lcfg, optimizer)
-    old_logp_fn = None
-    if lcfg.use_old_logp:
-        old_logp_fn = jax.jit(
-            lambda p, t, m: logprobs_lib.completion_logprobs(
-                setup.model_cfg,
-                p,
-                t,
-                m,
-                config.sampling.max_new_tokens,
-                temperature=lcfg.temperature,
-                chunk_size=lcfg.logprob_chunk_size,
-            )[0]
-        )
+    programs = build_rl_programs(config, setup, optimizer)
     end = rl.steps if stop_after_step is None else min(rl.steps, stop_after_step)
     for step in range(start + 1, end + 1):
-        state, step_metrics = rl_step(config, setup, learner_step, old_logp_fn, state, step - 1)
+        state, step_metrics = rl_step(config, setup, programs, state, step - 1)
         if _should(config.eval.every, step, rl.steps):
             last_eval = _evaluate(setup, state.params, jax.random.fold_in(key, 2))
             step_metrics.update(last_eval)
