@@ -11,6 +11,8 @@ import pytest
 
 from configs import default
 from rl4llm import models
+from rl4llm import rewards
+from rl4llm.rewards import arithmetic as arithmetic_reward
 from rl4llm.train import config_validation
 from rl4llm.train import evaluate
 from rl4llm.train import learner as learner_lib
@@ -253,3 +255,29 @@ def test_binary_rejects_bad_config_before_compiling(tmp_path):
     assert proc.returncode != 0
     assert "config.rl.num_minibatches=7: must divide" in proc.stderr
     assert not workdir.exists()  # nothing was built
+
+
+def _answer_is_even(completion: str, answer: str) -> float:
+    del answer
+    value = arithmetic_reward.extract_answer(completion)
+    return float(value is not None and int(value) % 2 == 0)
+
+
+def test_reward_rises_in_a_short_run(tmp_path, monkeypatch):
+    """GRPO on the warm-started nano model raises its training reward within 30 steps.
+
+    The reward is a registered verifiable reward of the task's real outputs (the final answer is even),
+    because exact correctness barely moves for a 20k-parameter model in 30 steps; the default run
+    (README) shows held-out correctness rising on the `arith` model.
+    """
+    monkeypatch.setitem(rewards.REWARDS, "answer_is_even", _answer_is_even)
+    config = tiny_config(steps=30, num_prompts=8, num_generations=8, learning_rate=3e-3)
+    config.task.reward = "answer_is_even"
+    config.sft.steps = 120
+    config.sft.learning_rate = 1e-2
+    config.eval.every = 30
+    config.checkpoint.every = 30
+    trainer.run(config, str(tmp_path / "run"))
+    rewards_by_step = [r["reward"] for r in metrics_lib.read_metrics(str(tmp_path / "run"), "rl")]
+    first, last = np.mean(rewards_by_step[:5]), np.mean(rewards_by_step[-5:])
+    assert last > first + 0.2, rewards_by_step
