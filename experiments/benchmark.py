@@ -1,0 +1,334 @@
+r"""The benchmark workloads of shared/bench/WORKLOADS.md, on the project's own sampler and learner.
+
+    python -m experiments.benchmark --workload grpo_step --model tiny
+    python -m experiments.benchmark --workload grpo_step --model small
+    python -m experiments.benchmark --workload sample_only --model tiny
+    python -m experiments.benchmark --memory_probe --model small --probe_micro_batch_size 1
+
+Prints ONE JSON line, then a short human table.
+
+grpo_step: 8 prompts x 8 samples of 32 random prompt tokens, 64 new tokens each (temperature 1, no
+top-k / top-p), reward = fraction of even token ids in the completion (numpy, on the host), GRPO
+advantages, then one learner step: ppo_clip (eps 0.2), seq-mean-token-mean, k3 KL (coef 0.04) against
+the initial weights, old log-probs = stop_gradient(current), plain Adam (lr 1e-5).
+
+Timing (medians over --steps timed steps after one warm-up step; every phase ends in
+`block_until_ready` / a device->host copy):
+  gen_s:     `sampling.generate` + the completions' device->host copy + the host reward;
+  learn_s:   the jitted learner step (reference log-probs + policy forward/backward + Adam);
+  step_s:    the whole step (gen + advantages + batch assembly + learn);
+  compile_s: ahead-of-time lower + compile of `generate` and the learner step, before the warm-up
+             step (whose jit calls reuse those executables).
+No stop tokens are configured, so every row gets exactly max_new_tokens tokens and EOS plays no
+part; the pad id is 0 and prompts are drawn from [1, V), so no prompt token is padding.
+
+--memory_probe: one learner step on N=64 rows of 32 prompt + 1024 completion random tokens (no
+generation), AOT-compiled so that `memory_analysis()` reports the program's temp buffers, compared
+with the 64*1024*V*4 bytes that full float32 logits would take. One configuration per process, so
+peak_rss_mb belongs to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import platform
+import resource
+import statistics
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import flax
+import jax
+import jax.numpy as jnp
+import jaxlib
+import numpy as np
+import optax
+
+from rl4llm import models
+from rl4llm import sampling
+from rl4llm.rl import registry
+from rl4llm.train import batches
+from rl4llm.train import learner
+
+PAD_ID = 0
+MIB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """Shapes of one workload: num_prompts x group_size rows of prompt_len + new_tokens tokens."""
+    name: str
+    num_prompts: int
+    group_size: int
+    prompt_len: int
+    new_tokens: int
+    learn: bool  # run the learner step after generating
+
+    @property
+    def batch(self) -> int:
+        return self.num_prompts * self.group_size
+
+
+WORKLOADS = {
+    "grpo_step": Workload("grpo_step", num_prompts=8, group_size=8, prompt_len=32, new_tokens=64, learn=True),
+    "sample_only": Workload("sample_only", num_prompts=64, group_size=1, prompt_len=32, new_tokens=256,
+                            learn=False),
+}
+MEMORY_PROBE = Workload("memory_probe", num_prompts=64, group_size=1, prompt_len=32, new_tokens=1024,
+                        learn=True)
+
+
+_WORKLOAD = flags.DEFINE_enum("workload", "grpo_step", list(WORKLOADS), "Workload of WORKLOADS.md.")
+_MODEL = flags.DEFINE_enum("model", "tiny", ["tiny", "small"], "Model preset (rl4llm.models presets).")
+_STEPS = flags.DEFINE_integer("steps", None, "Timed steps after the warm-up; default 5 for tiny, 3 for small.",
+                              lower_bound=1)
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the weights, the prompts and the sampler.")
+_CHUNK = flags.DEFINE_integer("logprob_chunk_size", 128, "Completion positions projected to the vocabulary at once.",
+                              lower_bound=1)
+_MEMORY_PROBE = flags.DEFINE_bool("memory_probe", False, "Run the learner memory probe instead of a workload.")
+_PROBE_MICRO_BATCH = flags.DEFINE_integer("probe_micro_batch_size", 0,
+                                          "Memory probe: learner micro-batch size (0 = whole batch).", lower_bound=0)
+_PROBE_EXECUTE = flags.DEFINE_bool("probe_execute", True,
+                                   "Memory probe: also run the step (else only compile and analyse it).")
+
+
+def default_steps(model: str) -> int:
+    """Timed steps WORKLOADS.md asks for: 5 for tiny, 3 otherwise."""
+    return 5 if model == "tiny" else 3
+
+
+def sampling_config(wl: Workload) -> sampling.SamplingConfig:
+    """Temperature 1, full vocabulary, no stop tokens: every row gets exactly wl.new_tokens tokens."""
+    return sampling.SamplingConfig(max_new_tokens=wl.new_tokens, temperature=1.0, stop_token_ids=(),
+                                   pad_id=PAD_ID)
+
+
+def learner_config(logprob_chunk_size: int, micro_batch_size: int = 0) -> learner.LearnerConfig:
+    """One on-policy PPO-clip update, seq-mean-token-mean, k3 KL 0.04, no entropy bonus."""
+    return learner.LearnerConfig(
+        loss="ppo_clip", loss_kwargs=(("clip_high", 0.2), ("clip_low", 0.2)), agg_mode="seq-mean-token-mean",
+        kl_coef=0.04, kl_kind="k3", entropy_coef=0.0, temperature=1.0, micro_batch_size=micro_batch_size,
+        logprob_chunk_size=logprob_chunk_size, use_old_logp=False)
+
+
+def make_optimizer() -> optax.GradientTransformation:
+    """Adam (lr 1e-5, b1 0.9, b2 0.999, eps 1e-8), constant lr, no weight decay, no clipping."""
+    return learner.make_optimizer(learning_rate=1e-5, warmup_steps=0, weight_decay=0.0, grad_clip=0.0,
+                                  b1=0.9, b2=0.999, eps=1e-8)
+
+
+def init_state(model_cfg: models.ModelConfig, key: jax.Array, optimizer=None) -> learner.TrainState:
+    """Fresh params, their Adam state and a frozen copy of them as the KL reference (params only without
+    an optimizer, for sampling alone)."""
+    params_key, state_key = jax.random.split(key)  # new buffers: the learner step donates the state
+    params = models.init_params(model_cfg, params_key)
+    if optimizer is None:
+        return learner.TrainState(params=params, opt_state=None, ref_params=None,
+                                  key=jax.random.key_data(state_key))
+    return learner.TrainState(params=params, opt_state=optimizer.init(params),
+                              ref_params=jax.tree.map(jnp.copy, params), key=jax.random.key_data(state_key))
+
+
+def random_prompts(wl: Workload, vocab_size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """wl.num_prompts prompts of ids uniform in [1, V), each repeated group_size times: [N, P], mask [N, P]."""
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(1, vocab_size, (wl.num_prompts, wl.prompt_len), dtype=np.int32)
+    tokens = np.repeat(prompts, wl.group_size, axis=0)
+    return tokens, np.ones(tokens.shape, bool)
+
+
+def even_fraction_reward(completion_tokens: np.ndarray, completion_mask: np.ndarray) -> np.ndarray:
+    """Fraction of even token ids among each row's completion tokens: [N, T] -> [N] float32."""
+    even = (completion_tokens % 2 == 0) & completion_mask
+    return (even.sum(-1) / np.maximum(completion_mask.sum(-1), 1)).astype(np.float32)
+
+
+@functools.partial(jax.jit, static_argnames=("num_groups",))
+def grpo_advantages(scores: jax.Array, group_ids: jax.Array, mask: jax.Array, *, num_groups: int) -> jax.Array:
+    """GRPO advantages of the registry, broadcast over the completion mask: [N] -> [N, T]."""
+    adv = registry.get_advantage("grpo")(scores, group_ids, mask, num_groups=num_groups)
+    return adv[:, None] * mask
+
+
+def generate_and_score(model_cfg, wl: Workload, params, prompts, key) -> tuple[sampling.Rollout, np.ndarray]:
+    """Samples the completions, copies them to the host and scores them there."""
+    rollout = sampling.generate(model_cfg, params, *prompts, key, sampling_config(wl))
+    tokens, mask = jax.device_get((rollout.completion_tokens, rollout.completion_mask))
+    return rollout, even_fraction_reward(tokens, mask)
+
+
+def learner_batch(wl: Workload, rollout: sampling.Rollout, scores: np.ndarray) -> learner.LearnerBatch:
+    """[prompt | completion] rows with GRPO advantages; old log-probs are unused (use_old_logp=False)."""
+    mask = rollout.completion_mask.astype(jnp.float32)
+    group_ids = jnp.repeat(jnp.arange(wl.num_prompts), wl.group_size)
+    advantages = grpo_advantages(jnp.asarray(scores), group_ids, mask, num_groups=wl.num_prompts)
+    tokens, attention_mask = batches.join_sequences(rollout.prompt_tokens, rollout.prompt_mask,
+                                                    rollout.completion_tokens, rollout.completion_mask)
+    return learner.LearnerBatch(tokens=tokens, attention_mask=attention_mask, completion_mask=mask,
+                                advantages=advantages, old_logp=rollout.logprobs, sampler_logp=rollout.logprobs)
+
+
+def timed_step(model_cfg, wl: Workload, learner_step, state: learner.TrainState, prompts, key
+               ) -> tuple[learner.TrainState, dict[str, float]]:
+    """One workload step; returns the new state and its wall times {step_s, gen_s[, learn_s]}.
+
+    The sampler draws from fold_in(key, 0); the learner step gets fold_in(key, 1).
+    """
+    t0 = time.perf_counter()
+    rollout, scores = generate_and_score(model_cfg, wl, state.params, prompts, jax.random.fold_in(key, 0))
+    t_gen = time.perf_counter()
+    times = {"gen_s": t_gen - t0}
+    if wl.learn:
+        batch = jax.block_until_ready(learner_batch(wl, rollout, scores))
+        t_learn = time.perf_counter()
+        state, _ = jax.block_until_ready(learner_step(state, batch, jax.random.fold_in(key, 1)))
+        times["learn_s"] = time.perf_counter() - t_learn
+    times["step_s"] = time.perf_counter() - t0
+    return state, times
+
+
+def compile_seconds(model_cfg, wl: Workload, learner_step, state: learner.TrainState, prompts, key) -> float:
+    """Wall time to lower and compile `generate` (and `learner_step`) for this workload's shapes.
+
+    The jit calls of the steps that follow find these executables in JAX's compilation cache.
+    """
+    t0 = time.perf_counter()
+    lowered = sampling.generate.lower(model_cfg, state.params, *prompts, key, sampling_config(wl))
+    lowered.compile()
+    if learner_step is not None:
+        scores = jax.ShapeDtypeStruct((wl.batch,), jnp.float32)
+        batch = jax.eval_shape(functools.partial(learner_batch, wl), lowered.out_info, scores)
+        learner_step.lower(state, batch, key).compile()
+    return time.perf_counter() - t0
+
+
+def environment() -> dict:
+    """Devices and library versions, as the JSON line reports them."""
+    devices = jax.devices()
+    return {"devices": f"{devices[0].platform} x{len(devices)}",
+            "versions": {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__,
+                         "optax": optax.__version__, "python": platform.python_version()}}
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far (ru_maxrss is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.5g}")
+
+
+def summarize(wl: Workload, model: str, compile_s: float, timed: list[dict[str, float]]) -> dict:
+    """The JSON record of WORKLOADS.md from the compile time and the timed steps' wall times (medians)."""
+    median = lambda k: statistics.median(t[k] for t in timed)
+    step_s, gen_s = median("step_s"), median("gen_s")
+    learn_s = median("learn_s") if wl.learn else None
+    return {
+        "framework": "rl4llm", "workload": wl.name, "model": model,
+        "step_s": _round(step_s), "gen_s": _round(gen_s), "gen_tok_s": _round(wl.batch * wl.new_tokens / gen_s),
+        "learn_s": _round(learn_s),
+        "learn_tok_s": _round(wl.batch * (wl.prompt_len + wl.new_tokens) / learn_s) if wl.learn else None,
+        "peak_rss_mb": _round(peak_rss_mb()), "compile_s": _round(compile_s),
+        **environment(),
+    }
+
+
+def run_workload(model_cfg: models.ModelConfig, model: str, wl: Workload, steps: int, seed: int,
+                 logprob_chunk_size: int = 128) -> dict:
+    """AOT compilation, one warm-up step, then `steps` timed steps of `wl`; returns the JSON record."""
+    key = jax.random.key(seed)
+    optimizer = make_optimizer() if wl.learn else None
+    state = jax.block_until_ready(init_state(model_cfg, key, optimizer))
+    learner_step = (learner.make_learner_step(model_cfg, learner_config(logprob_chunk_size), optimizer)
+                    if wl.learn else None)
+    prompts = random_prompts(wl, model_cfg.vocab_size, seed)
+    compile_s = compile_seconds(model_cfg, wl, learner_step, state, prompts, key)
+    times = []
+    for step in range(steps + 1):
+        state, step_times = timed_step(model_cfg, wl, learner_step, state, prompts,
+                                       jax.random.fold_in(key, step))
+        times.append(step_times)
+    return summarize(wl, model, compile_s, times[1:])
+
+
+def probe_batch(wl: Workload, vocab_size: int, seed: int) -> learner.LearnerBatch:
+    """Random [prompt | completion] rows with random advantages, all tokens valid."""
+    rng = np.random.default_rng(seed)
+    n, length = wl.batch, wl.prompt_len + wl.new_tokens
+    completion = np.ones((n, wl.new_tokens), np.float32)
+    return learner.LearnerBatch(
+        tokens=jnp.asarray(rng.integers(1, vocab_size, (n, length), dtype=np.int32)),
+        attention_mask=jnp.ones((n, length), jnp.int32), completion_mask=jnp.asarray(completion),
+        advantages=jnp.asarray(rng.standard_normal((n, wl.new_tokens), np.float32)),
+        old_logp=jnp.zeros_like(completion), sampler_logp=jnp.zeros_like(completion))
+
+
+def memory_probe(model_cfg: models.ModelConfig, model: str, wl: Workload, logprob_chunk_size: int,
+                 micro_batch_size: int, seed: int, execute: bool) -> dict:
+    """Compiles (and, if `execute`, runs) one learner step on random rows; returns its memory record."""
+    optimizer = make_optimizer()
+    state = jax.block_until_ready(init_state(model_cfg, jax.random.key(seed), optimizer))
+    batch = probe_batch(wl, model_cfg.vocab_size, seed)
+    step = learner.make_learner_step(model_cfg, learner_config(logprob_chunk_size, micro_batch_size), optimizer)
+    key = jax.random.key(seed + 1)  # the learner step's key for losses that draw (ppo_clip does not)
+    t0 = time.perf_counter()
+    compiled = step.lower(state, batch, key).compile()
+    compile_s = time.perf_counter() - t0
+    stats = compiled.memory_analysis()
+    step_s = None
+    if execute:
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(state, batch, key))
+        step_s = time.perf_counter() - t0
+    return {
+        "framework": "rl4llm", "workload": wl.name, "model": model, "batch": wl.batch,
+        "prompt_len": wl.prompt_len, "completion_len": wl.new_tokens, "micro_batch_size": micro_batch_size,
+        "logprob_chunk_size": logprob_chunk_size,
+        "full_logits_mb": _round(wl.batch * wl.new_tokens * model_cfg.vocab_size * 4 / MIB),
+        "temp_mb": _round(stats.temp_size_in_bytes / MIB), "argument_mb": _round(stats.argument_size_in_bytes / MIB),
+        "output_mb": _round(stats.output_size_in_bytes / MIB), "alias_mb": _round(stats.alias_size_in_bytes / MIB),
+        "peak_rss_mb": _round(peak_rss_mb()), "step_s": _round(step_s), "compile_s": _round(compile_s),
+        **environment(),
+    }
+
+
+def notes(workload: str) -> list[str]:
+    """What the figures of `workload` include, for the human table."""
+    if workload not in WORKLOADS:
+        return ["temp/argument/output/alias_mb: compiled.memory_analysis(); compile_s: AOT lower + compile"]
+    gen = "generate + device->host copy" + (" + host reward" if WORKLOADS[workload].learn else "")
+    return ["no stop tokens: exactly new_tokens per row, so EOS plays no part; pad id 0; prompts uniform in [1, V)",
+            f"gen_s = {gen}; compile_s = AOT lower + compile of generate (+ learner step); times are medians"]
+
+
+def table(record: dict) -> str:
+    """A short human table of a record: one `name  value` row per figure, then the notes."""
+    rows = [f"{record['framework']} {record['workload']} {record['model']} ({record['devices']}, float32)"]
+    rows += [f"  {k:<20s}{v}" for k, v in record.items()
+             if k not in ("framework", "workload", "model", "devices", "versions") and v is not None]
+    rows += [f"  note: {n}" for n in notes(record["workload"])]
+    return "\n".join(rows)
+
+
+def main(argv):
+    del argv
+    model_cfg = models.get_config(_MODEL.value)
+    if _MEMORY_PROBE.value:
+        record = memory_probe(model_cfg, _MODEL.value, MEMORY_PROBE, _CHUNK.value, _PROBE_MICRO_BATCH.value,
+                              _SEED.value, _PROBE_EXECUTE.value)
+    else:
+        steps = _STEPS.value or default_steps(_MODEL.value)
+        record = run_workload(model_cfg, _MODEL.value, WORKLOADS[_WORKLOAD.value], steps, _SEED.value,
+                              _CHUNK.value)
+    print(json.dumps(record), flush=True)
+    print(table(record), flush=True)
+
+
+if __name__ == "__main__":
+    logging.set_verbosity(logging.WARNING)  # keep stdout/stderr to the record and the table
+    app.run(main)

@@ -1,0 +1,105 @@
+"""experiments/benchmark.py on the nano model with shrunken shapes: the JSON records of WORKLOADS.md
+(every field, consistent throughputs), the workload shapes, the reward and the memory probe."""
+
+import json
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from experiments import benchmark
+from rl4llm import models
+
+FIELDS = {"framework", "workload", "model", "step_s", "gen_s", "gen_tok_s", "learn_s", "learn_tok_s",
+          "peak_rss_mb", "compile_s", "devices", "versions"}
+NANO = models.get_config("nano")
+GRPO = benchmark.Workload("grpo_step", num_prompts=2, group_size=3, prompt_len=5, new_tokens=6, learn=True)
+SAMPLE = benchmark.Workload("sample_only", num_prompts=4, group_size=1, prompt_len=5, new_tokens=7, learn=False)
+
+
+@pytest.fixture(scope="module")
+def grpo_record():
+    return benchmark.run_workload(NANO, "nano", GRPO, steps=3, seed=0, logprob_chunk_size=4)
+
+
+@pytest.fixture(scope="module")
+def sample_record():
+    return benchmark.run_workload(NANO, "nano", SAMPLE, steps=3, seed=0)
+
+
+def check_common(record, workload):
+    assert set(record) == FIELDS
+    assert (record["framework"], record["workload"], record["model"]) == ("rl4llm", workload.name, "nano")
+    assert json.loads(json.dumps(record)) == record
+    assert "\n" not in json.dumps(record)
+    assert record["step_s"] > 0 and record["gen_s"] > 0
+    assert record["step_s"] >= record["gen_s"]
+    assert record["gen_tok_s"] == pytest.approx(workload.batch * workload.new_tokens / record["gen_s"], rel=1e-3)
+    assert record["compile_s"] > 0  # the warm-up step compiles `generate` (and the learner step)
+    assert 10 < record["peak_rss_mb"] < 1e6
+    assert re.fullmatch(r"cpu x[1-9]\d*", record["devices"])
+    assert record["versions"]["jax"] == jax.__version__
+    assert set(record["versions"]) == {"jax", "jaxlib", "flax", "optax", "python"}
+
+
+def test_grpo_step_record(grpo_record):
+    check_common(grpo_record, GRPO)
+    assert grpo_record["learn_s"] > 0
+    assert grpo_record["step_s"] >= grpo_record["learn_s"]
+    tokens = GRPO.batch * (GRPO.prompt_len + GRPO.new_tokens)
+    assert grpo_record["learn_tok_s"] == pytest.approx(tokens / grpo_record["learn_s"], rel=1e-3)
+
+
+def test_sample_only_record(sample_record):
+    check_common(sample_record, SAMPLE)
+    assert sample_record["learn_s"] is None and sample_record["learn_tok_s"] is None
+
+
+def test_table_lists_the_figures(grpo_record):
+    text = benchmark.table(grpo_record)
+    assert text.splitlines()[0].startswith("rl4llm grpo_step nano")
+    assert "gen_tok_s" in text and str(grpo_record["gen_tok_s"]) in text
+    assert "EOS" in text
+
+
+def test_workload_shapes_follow_workloads_md():
+    grpo, sample = benchmark.WORKLOADS["grpo_step"], benchmark.WORKLOADS["sample_only"]
+    assert (grpo.num_prompts, grpo.group_size, grpo.prompt_len, grpo.new_tokens, grpo.learn) == (8, 8, 32, 64, True)
+    assert (sample.batch, sample.prompt_len, sample.new_tokens, sample.learn) == (64, 32, 256, False)
+    assert benchmark.default_steps("tiny") == 5 and benchmark.default_steps("small") == 3
+    assert benchmark.sampling_config(grpo).stop_token_ids == ()
+    cfg = benchmark.learner_config(128)
+    assert (cfg.kl_coef, cfg.kl_kind, cfg.agg_mode, cfg.use_old_logp, cfg.micro_batch_size) == (
+        0.04, "k3", "seq-mean-token-mean", False, 0)
+
+
+def test_models_match_workloads_md():
+    for name, shape in (("tiny", (1024, 256, 4, 4, 2, 64, 1024)), ("small", (8192, 512, 8, 8, 4, 64, 2048))):
+        c = models.get_config(name)
+        assert (c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
+                c.intermediate_size) == shape
+        assert c.qkv_bias and c.tie_embeddings and not c.qk_norm and c.dtype == c.param_dtype == "float32"
+
+
+def test_prompts_avoid_the_pad_id_and_repeat_per_group():
+    tokens, mask = benchmark.random_prompts(GRPO, vocab_size=3, seed=0)
+    assert tokens.shape == mask.shape == (GRPO.batch, GRPO.prompt_len) and mask.all()
+    assert tokens.min() >= 1 and tokens.max() <= 2
+    np.testing.assert_array_equal(tokens[0], tokens[GRPO.group_size - 1])
+
+
+def test_even_fraction_reward():
+    tokens = np.array([[2, 3, 4, 0], [1, 3, 5, 6], [8, 8, 8, 8]])
+    mask = np.array([[1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]], bool)
+    np.testing.assert_allclose(benchmark.even_fraction_reward(tokens, mask), [2 / 3, 1 / 4, 0.0])
+
+
+def test_memory_probe_record():
+    wl = benchmark.Workload("memory_probe", num_prompts=4, group_size=1, prompt_len=3, new_tokens=8, learn=True)
+    record = benchmark.memory_probe(NANO, "nano", wl, logprob_chunk_size=4, micro_batch_size=2, seed=0,
+                                    execute=True)
+    assert record["full_logits_mb"] == pytest.approx(4 * 8 * NANO.vocab_size * 4 / 2 ** 20)
+    assert record["temp_mb"] > 0 and record["argument_mb"] > 0
+    assert record["step_s"] > 0 and record["compile_s"] > 0 and record["peak_rss_mb"] > 10
+    assert record["micro_batch_size"] == 2 and record["logprob_chunk_size"] == 4
