@@ -154,6 +154,16 @@ def run_sft(config, setup: Setup, key, writer: metrics_lib.MetricsWriter, workdi
 # ------------------------------------------------------------------------------------------ RL
 
 
+# Streams of fold_in(step_key, ·) within one RL step: minibatch shuffles use 1 + epoch, learner updates
+# 1000 + update index, and the ReMax greedy rollout (which draws nothing, but gets its own key) this one.
+_GREEDY_BASELINE_STREAM = 999
+
+
+def several_updates_per_step(config) -> bool:
+    """More than one optimizer update per rollout batch: PPO "old" log-probs need their own pass."""
+    return config.rl.ppo_epochs * config.rl.num_minibatches > 1
+
+
 def learner_config(config) -> learner_lib.LearnerConfig:
     rl = config.rl
     return learner_lib.LearnerConfig(
@@ -166,7 +176,7 @@ def learner_config(config) -> learner_lib.LearnerConfig:
         temperature=config.sampling.temperature,
         micro_batch_size=rl.micro_batch_size,
         logprob_chunk_size=rl.logprob_chunk_size,
-        use_old_logp=rl.ppo_epochs * rl.num_minibatches > 1,
+        use_old_logp=several_updates_per_step(config),
         tis_cap=rl.tis_cap,
         tis_level=rl.tis_level,
     )
@@ -255,7 +265,7 @@ def needs_behaviour_pass(config) -> bool:
     log-probs of the KL-in-reward penalty."""
     rl = config.rl
     return (
-        rl.ppo_epochs * rl.num_minibatches > 1
+        several_updates_per_step(config)
         or rl.token_selection == "high_entropy"
         or "proxy_logp" in registry.policy_loss_inputs(rl.loss)
         or rl.kl_in_reward
@@ -305,7 +315,9 @@ def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
     advantage_inputs = registry.advantage_inputs(rl.advantage)
     extra_inputs = {}
     if "baseline_scores" in advantage_inputs:
-        baseline = greedy_baseline_scores(config, setup, state.params, step, jax.random.fold_in(step_key, 2))
+        baseline = greedy_baseline_scores(
+            config, setup, state.params, step, jax.random.fold_in(step_key, _GREEDY_BASELINE_STREAM)
+        )
         extra_inputs["baseline_scores"] = jnp.asarray(baseline)
         host_metrics["greedy_baseline_reward"] = baseline.mean()
     t_gen = time.time() - t0
@@ -341,7 +353,7 @@ def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
         attention_mask=attention_mask,
         completion_mask=mask,
         advantages=advantages,
-        old_logp=behaviour[0] if learner_config(config).use_old_logp else rollout.logprobs,
+        old_logp=behaviour[0] if several_updates_per_step(config) else rollout.logprobs,
         sampler_logp=rollout.logprobs,
         token_weights=(
             entropy_lib.forking_token_mask(behaviour[1], mask, rho=rl.token_selection_rho)
