@@ -1,6 +1,8 @@
 """rl4llm: JAX-native reinforcement-learning post-training of language models."""
 import setuptools
 
+HF_REQUIREMENTS = ["safetensors>=0.4", "tokenizers>=0.21", "jinja2>=3.1"]
+
 setuptools.setup(
     name="rl4llm",
     version="0.1.0",
@@ -23,7 +25,13 @@ setuptools.setup(
         "numpy>=1.26",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6"],
+        # Hugging Face checkpoints (safetensors), tokenizer.json and chat templates (rl4llm.models.hf_checkpoint,
+        # rl4llm.tokenizers.hf_tokenizer); no torch needed.
+        "hf": HF_REQUIREMENTS,
+        # The tests also check logit/tokenizer parity against transformers on CPU torch; torch==2.13.0 resolves to
+        # the local CPU wheel (2.13.0+cpu) where one is on pip's find-links, as on the project's machines.
+        "test": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6", "torch==2.13.0", "transformers>=5.0,<6"]
+        + HF_REQUIREMENTS,
         "notebooks": ["jupyter", "nbclient", "nbformat", "ipykernel", "matplotlib"],
     },
 )
