@@ -5,6 +5,27 @@ import dataclasses
 
 
 @dataclasses.dataclass(frozen=True)
+class Llama3RopeScaling:
+    """Llama 3.1+ RoPE frequency scaling (HF `rope_type: "llama3"`; Meta's `apply_scaling`).
+
+    With wavelength w_j = 2*pi / inv_freq_j and L = original_max_position_embeddings:
+    w_j < L / high_freq_factor keeps inv_freq_j; w_j > L / low_freq_factor divides it by `factor`;
+    in between, inv_freq_j <- (1 - s) * inv_freq_j / factor + s * inv_freq_j, s = (L / w_j - low) / (high - low).
+    """
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+    def __post_init__(self):
+        if not self.high_freq_factor > self.low_freq_factor > 0 or self.factor <= 0:
+            raise ValueError(
+                "Llama3RopeScaling needs factor > 0 and high_freq_factor > low_freq_factor > 0, got "
+                f"{self}.")
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Shape and numerics of a decoder-only transformer (Llama / Qwen2 / Qwen3 family).
 
@@ -19,6 +40,7 @@ class ModelConfig:
         head_dim: per-head width D (even, for RoPE).
         intermediate_size: SwiGLU hidden width I: down(silu(gate(x)) * up(x)).
         rope_theta: RoPE base; inv_freq_j = theta^(-2j/D).
+        rope_scaling: None, or the Llama 3.1+ rescaling of those frequencies (`Llama3RopeScaling`).
         rms_norm_eps: epsilon inside RMSNorm's rsqrt.
         qkv_bias: q/k/v projections carry a bias (Qwen2); o_proj never does.
         qk_norm: RMSNorm over head_dim on q and k, before RoPE (Qwen3).
@@ -36,6 +58,7 @@ class ModelConfig:
     head_dim: int
     intermediate_size: int
     rope_theta: float = 10000.0
+    rope_scaling: Llama3RopeScaling | None = None
     rms_norm_eps: float = 1e-6
     qkv_bias: bool = True
     qk_norm: bool = False
@@ -75,7 +98,8 @@ PRESETS: dict[str, ModelConfig] = {
                                 rope_theta=1e6, rms_norm_eps=1e-6),
     "llama3.2-1b": ModelConfig(vocab_size=128256, hidden_size=2048, num_layers=16, num_heads=32,
                                num_kv_heads=8, head_dim=64, intermediate_size=8192,
-                               rope_theta=500000.0, rms_norm_eps=1e-5, qkv_bias=False),
+                               rope_theta=500000.0, rms_norm_eps=1e-5, qkv_bias=False,
+                               rope_scaling=Llama3RopeScaling(32.0, 1.0, 4.0, 8192)),
 }
 
 

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rl4llm.models.config import ModelConfig
+from rl4llm.models.config import Llama3RopeScaling, ModelConfig
 
 Params = dict[str, Any]
 LogicalAxes = tuple[str | None, ...]
@@ -114,13 +114,30 @@ class DenseGeneral(nnx.Module):
         return y
 
 
-def rope_cos_sin(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
-    """HF RoPE tables: inv_freq_j = theta^(-2j/D), angle = pos * inv_freq, tables = cat(angle, angle).
+def rope_inv_freq(head_dim: int, theta: float, scaling: Llama3RopeScaling | None = None) -> jax.Array:
+    """HF RoPE inverse frequencies inv_freq_j = theta^(-2j/D), j < D/2, float32 [D/2].
+
+    With `scaling`, the Llama 3.1+ rescaling (HF `_compute_llama3_parameters`; see `Llama3RopeScaling`).
+    """
+    inv_freq = 1.0 / theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # [D/2]
+    if scaling is None:
+        return inv_freq
+    old_len = scaling.original_max_position_embeddings
+    wavelen = 2 * math.pi / inv_freq
+    scaled = jnp.where(wavelen > old_len / scaling.low_freq_factor, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_len / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    medium = (wavelen >= old_len / scaling.high_freq_factor) & (wavelen <= old_len / scaling.low_freq_factor)
+    return jnp.where(medium, smoothed, scaled)
+
+
+def rope_cos_sin(positions: jax.Array, head_dim: int, theta: float,
+                 scaling: Llama3RopeScaling | None = None) -> tuple[jax.Array, jax.Array]:
+    """HF RoPE tables: angle = pos * inv_freq (`rope_inv_freq`), tables = cat(angle, angle).
 
     positions: [B, L] int. Returns cos, sin: [B, L, D] float32.
     """
-    inv_freq = 1.0 / theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # [D/2]
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, L, D/2]
+    angles = positions.astype(jnp.float32)[..., None] * rope_inv_freq(head_dim, theta, scaling)  # [B, L, D/2]
     angles = jnp.concatenate([angles, angles], axis=-1)  # [B, L, D]
     return jnp.cos(angles), jnp.sin(angles)
 
@@ -263,7 +280,7 @@ class Decoder(nnx.Module):
         cfg = self.cfg
         attention_mask = attention_mask.astype(bool)
         x = jnp.take(self.embed[...], tokens, axis=0).astype(cfg.dtype)  # [B, L, E]
-        cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta)
+        cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
         length = tokens.shape[1]
         if cache is None:
             mask = attention_mask_for(jnp.arange(length), attention_mask)  # [B, L, L]
