@@ -4,9 +4,12 @@
 """
 
 from rl4llm.rewards import arithmetic
+from rl4llm.rewards import math
 
 REWARDS = {
     "exact_answer": arithmetic.score,  # 1 iff the integer after the last '#' equals the reference answer
+    "math": math.score,  # boxed / #### / Answer: / last number, lenient equivalence (GSM8K, MATH)
+    "math_strict": math.score_strict,  # explicit answer markers only, exact equivalence
 }
 
 
