@@ -257,7 +257,7 @@ def test_proxy_logp_from_the_chunked_pass_equals_the_full_logits_kernel():
     unembed = jax.random.normal(k2, (4, 11)) * 3.0
     targets = jax.random.randint(k3, (2, 5), 0, 11)
     logp, ent, proxy = entropy_lib.chunked_logprobs_and_entropy(
-        hidden, targets, lambda h: h @ unembed, chunk_size=2, temperature=0.7, min_p=0.1
+        hidden, targets, unembed, chunk_size=2, temperature=0.7, min_p=0.1
     )
     logits = hidden @ unembed / 0.7
     np.testing.assert_allclose(proxy, entropy_lib.minp_proxy_logprobs(logits, targets, min_p=0.1), rtol=1e-5, atol=1e-5)

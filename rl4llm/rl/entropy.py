@@ -5,7 +5,7 @@ Shapes: N sequences, T tokens, H hidden size, V vocabulary; `mask[N, T]` as ever
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -25,34 +25,106 @@ def from_logits(logits: jax.Array) -> jax.Array:  # [..., V] -> [...]
     return lse - jnp.sum(probs * z_finite, axis=-1)
 
 
-def _logprobs_and_entropy(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
-    z = logits.astype(jnp.float32)
-    lse = jax.nn.logsumexp(z, axis=-1)
-    logp = jnp.take_along_axis(z, targets[..., None], axis=-1)[..., 0] - lse
-    return logp, from_logits(z)
+def project(hidden: jax.Array, unembedding: jax.Array) -> jax.Array:  # [..., H], [H, v] -> [..., v]
+    """Logits `hidden @ unembedding` in float32, the matrix cast to the hidden dtype (as `models.unembed`)."""
+    return jnp.einsum("...h,hv->...v", hidden, unembedding.astype(hidden.dtype), preferred_element_type=jnp.float32)
+
+
+def _vocab_chunks(vocab_size: int, vocab_chunk_size: Optional[int]) -> tuple[int, int]:
+    """(chunk width, number of chunks) covering the vocabulary; None or a width >= V is one chunk."""
+    if vocab_chunk_size is not None and vocab_chunk_size < 1:
+        raise ValueError(f"vocab_chunk_size={vocab_chunk_size!r}: must be a positive integer (or None)")
+    width = vocab_size if vocab_chunk_size is None else min(vocab_chunk_size, vocab_size)
+    return width, -(-vocab_size // width)
+
+
+def _vocab_chunk_logits(h, unembedding, index, width, temperature):  # -> ([..., width], [width] ids, [width] valid)
+    """Logits of vocabulary chunk `index` ([index·width, (index+1)·width)). The last chunk is read at
+    start V − width (no padded copy of the matrix); its columns already covered by the previous
+    chunk are marked invalid."""
+    vocab_size = unembedding.shape[1]
+    wanted = index * width
+    start = jnp.minimum(wanted, vocab_size - width)
+    w = jax.lax.dynamic_slice_in_dim(unembedding, start, width, axis=1)  # [H, width]
+    ids = start + jnp.arange(width)
+    return project(h, w) / temperature, ids, ids >= wanted
+
+
+def _online_softmax_stats(h, targets, unembedding, width, num_chunks, temperature):
+    """(max logit, Σ e^(z−max), Σ e^(z−max)·z, target logit) of z = h @ W / τ, one vocabulary chunk at a
+    time (online logsumexp: running max and rescaled sums). Each chunk is rematerialised in the
+    backward pass, so at most [..., width] logits exist at once. The running max is a constant for
+    autodiff (the results do not depend on it mathematically)."""
+    shape = targets.shape
+
+    @jax.checkpoint
+    def body(carry, index):
+        m, s, t, target_logit = carry
+        z, ids, valid = _vocab_chunk_logits(h, unembedding, index, width, temperature)  # [..., width]
+        z = jnp.where(valid, z, -jnp.inf)
+        m_new = jax.lax.stop_gradient(jnp.maximum(m, jnp.max(z, axis=-1)))
+        scale = jnp.exp(m - m_new)
+        e = jnp.exp(z - m_new[..., None])
+        s = s * scale + jnp.sum(e, axis=-1)
+        t = t * scale + jnp.sum(e * jnp.where(jnp.isfinite(z), z, 0.0), axis=-1)
+        hit = valid & (ids == targets[..., None])
+        target_logit = target_logit + jnp.sum(jnp.where(hit, z, 0.0), axis=-1)
+        return (m_new, s, t, target_logit), None
+
+    lowest = jnp.full(shape, jnp.finfo(jnp.float32).min)
+    zeros = jnp.zeros(shape, jnp.float32)
+    (m, s, t, target_logit), _ = jax.lax.scan(body, (lowest, zeros, zeros, zeros), jnp.arange(num_chunks))
+    return m, s, t, target_logit
+
+
+def _minp_proxy_from_stats(h, unembedding, width, num_chunks, temperature, m, target_logit, min_p):
+    """`minp_proxy_logprobs` of the targets from the online statistics, with a second pass over the
+    vocabulary for the mass of the kept entries: keep v iff z_v ≥ max z + log(min_p) (⟺ π(v) ≥
+    min_p·max π); proxy = (z_target if kept else −1e4) − log Σ_kept e^z. No gradient."""
+    h, m, target_logit = jax.lax.stop_gradient((h, m, target_logit))
+    floor = m + jnp.log(min_p)
+
+    def body(kept_mass, index):
+        z, _, valid = _vocab_chunk_logits(h, unembedding, index, width, temperature)
+        kept = valid & (z >= floor[..., None])
+        return kept_mass + jnp.sum(jnp.where(kept, jnp.exp(z - m[..., None]), 0.0), axis=-1), None
+
+    kept_mass, _ = jax.lax.scan(body, jnp.zeros(m.shape, jnp.float32), jnp.arange(num_chunks))
+    return jnp.where(target_logit >= floor, target_logit, -1e4) - (m + jnp.log(kept_mass))
 
 
 def chunked_logprobs_and_entropy(
     hidden: jax.Array,  # [N, T, H]
     targets: jax.Array,  # [N, T] int token ids
-    unembed_fn: Callable[[jax.Array], jax.Array],  # [..., H] -> [..., V]
+    unembedding: jax.Array,  # [H, V] output projection (logits = hidden @ unembedding)
     *,
     chunk_size: int,
+    vocab_chunk_size: Optional[int] = None,
     temperature: float = 1.0,
     min_p: Optional[float] = None,
 ) -> tuple[jax.Array, ...]:  # ([N, T], [N, T]) or ([N, T], [N, T], [N, T])
-    """Log-prob of `targets` and entropy under softmax(unembed(h)/temperature), in float32, chunked over T.
+    """Log-prob of `targets` and entropy under softmax(hidden @ unembedding / temperature), in float32,
+    chunked over the sequence (T) and the vocabulary (V) axes.
 
     With `min_p`, also returns the Lp-Reg proxy log-probs `minp_proxy_logprobs(z, targets, min_p=min_p)` of
     the same (temperature-scaled) logits z as a third output, without gradient.
 
     The sequence axis is split into chunks of `chunk_size` (T is padded up to a multiple) and mapped with
-    `lax.map`; each chunk's computation is wrapped in `jax.checkpoint`, so neither the forward nor the
-    backward pass ever holds more than one chunk of logits ([N, chunk_size, V]). Logits are divided by
-    the rollout temperature before the softmax, as verl's actor does. `unembed_fn` may close over
-    (traced) parameters; gradients flow to them and to `hidden`.
+    `lax.map`, each chunk under `jax.checkpoint`. Within a sequence chunk the vocabulary is swept in
+    chunks of `vocab_chunk_size` columns (None: all V at once) with an online logsumexp:
+    ```
+    m ← max(m, max_v z_v);  s ← s·e^(m_old − m) + Σ_v e^(z_v − m);  t ← t·e^(m_old − m) + Σ_v e^(z_v − m)·z_v
+    logsumexp = m + log s;  logp = z_target − logsumexp;  H = logsumexp − t/s   (= lse − Σ_v π_v z_v)
+    ```
+    each vocabulary chunk rematerialised in the backward pass, so neither pass ever holds more than
+    [N, chunk_size, vocab_chunk_size] logits (the memory cost of the head no longer grows with V).
+    The results equal the unchunked computation up to float rounding, gradients included. Logits are
+    divided by the rollout temperature before the softmax, as verl's actor does; the matrix is cast to
+    the hidden dtype with float32 accumulation (`models.unembed`). Gradients flow to `hidden` and
+    `unembedding`.
     """
     n, t, h = hidden.shape
+    width, num_vocab_chunks = _vocab_chunks(unembedding.shape[1], vocab_chunk_size)
     num_chunks = -(-t // chunk_size)
     pad = num_chunks * chunk_size - t
     hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
@@ -63,11 +135,15 @@ def chunked_logprobs_and_entropy(
     @jax.checkpoint
     def one_chunk(xs):
         h_chunk, t_chunk = xs
-        logits = unembed_fn(h_chunk).astype(jnp.float32) / temperature  # [N, chunk, V]
-        outputs = _logprobs_and_entropy(logits, t_chunk)
+        m, s, tz, target_logit = _online_softmax_stats(
+            h_chunk, t_chunk, unembedding, width, num_vocab_chunks, temperature)
+        lse = m + jnp.log(s)
+        outputs = (target_logit - lse, lse - tz / s)
         if min_p is None:
             return outputs
-        return outputs + (minp_proxy_logprobs(jax.lax.stop_gradient(logits), t_chunk, min_p=min_p),)
+        proxy = _minp_proxy_from_stats(h_chunk, unembedding, width, num_vocab_chunks, temperature, m, target_logit,
+                                       min_p)
+        return outputs + (proxy,)
 
     outputs = jax.lax.map(one_chunk, (hidden_chunks, target_chunks))  # [C, N, chunk] each
     unchunk = lambda x: x.swapaxes(0, 1).reshape(n, num_chunks * chunk_size)[:, :t]  # noqa: E731

@@ -3,8 +3,9 @@
 For a sequence `tokens = [prompt (left-padded to P) | completion (T tokens)]`, the completion token
 at position P+t is predicted by the hidden state at position P+t-1. We run the decoder once
 (`models.forward`, hidden states after the final norm), then project to the vocabulary chunk by
-chunk over the completion length under `jax.checkpoint` (`rl.entropy.chunked_logprobs_and_entropy`),
-so neither the forward nor the backward pass ever holds the full [N, T, V] float32 logits.
+chunk over the completion length and, optionally, over the vocabulary under `jax.checkpoint`
+(`rl.entropy.chunked_logprobs_and_entropy`), so neither the forward nor the backward pass ever holds
+the full [N, T, V] float32 logits (with vocabulary chunks, not even [N, chunk, V]).
 
 Conventions (shared with the sampler, `rl4llm.sampling`): logits are divided by the rollout
 temperature τ before the log-softmax (τ = 1 for greedy sampling), in float32; entropy is
@@ -13,9 +14,6 @@ H = logsumexp(z) − Σ_v softmax(z)_v z_v of the same temperature-scaled distri
 """
 
 from __future__ import annotations
-
-import functools
-
 
 from rl4llm import models
 from rl4llm.rl import entropy as entropy_lib
@@ -30,6 +28,7 @@ def completion_logprobs(
     *,
     temperature: float = 1.0,
     chunk_size: int = 128,
+    vocab_chunk_size: int | None = None,
     min_p: float | None = None,
 ):
     """Log-probs and entropies of the last `completion_len` tokens of each sequence.
@@ -42,6 +41,7 @@ def completion_logprobs(
         completion_len: T (static).
         temperature: rollout temperature τ (>0); logits are divided by it.
         chunk_size: completion positions projected to the vocabulary at once.
+        vocab_chunk_size: vocabulary entries projected at once (online logsumexp); None: all of them.
         min_p: if set, also the Lp-Reg min-p proxy log-probs (`rl.entropy.minp_proxy_logprobs`), no gradient.
 
     Returns:
@@ -55,7 +55,18 @@ def completion_logprobs(
     hidden = hidden[:, prompt_len - 1 : length - 1]  # [N, T, H]: state that predicts each completion token
     targets = tokens[:, prompt_len:]  # [N, T]
 
-    unembed = functools.partial(models.unembed, model_cfg, params)
     return entropy_lib.chunked_logprobs_and_entropy(
-        hidden, targets, unembed, chunk_size=min(chunk_size, completion_len), temperature=temperature, min_p=min_p
+        hidden,
+        targets,
+        unembedding(model_cfg, params),
+        chunk_size=min(chunk_size, completion_len),
+        vocab_chunk_size=vocab_chunk_size,
+        temperature=temperature,
+        min_p=min_p,
     )
+
+
+def unembedding(model_cfg, params):  # [E, V]
+    """The output projection W of `models.unembed` (logits = hidden @ W): the transposed input embedding
+    when tied, else the lm head."""
+    return params["embed"].T if model_cfg.tie_embeddings else params["lm_head"]

@@ -36,7 +36,7 @@ def whole_axis_kernels(logp, old_logp, scores, group_ids, mask, values, hidden, 
         key = jax.random.PRNGKey(0)
         clip_cov = losses.clip_cov(lp, old_logp, adv, mask, key, clip_cov_ratio=0.1, clip_cov_lb=-1e9)[0]
         lp_reg = losses.lp_reg(lp, old_logp, adv, mask, old_logp + 0.5, rho_neg=0.2)[0]
-        chunk_logp, chunk_ent = entropy.chunked_logprobs_and_entropy(hid, targets, lambda x: x @ unembed,
+        chunk_logp, chunk_ent = entropy.chunked_logprobs_and_entropy(hid, targets, unembed,
                                                                      chunk_size=5)
         return clip_cov + lp_reg + jnp.sum(chunk_logp * mask) + jnp.sum(chunk_ent * mask)
 

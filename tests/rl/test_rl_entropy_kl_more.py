@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rl4llm.rl import aggregation as eager_aggregation
 from rl4llm.rl import entropy as eager_entropy
@@ -25,7 +26,8 @@ def _unembed_problem(n=2, t=13, h=8, v=32, seed=0):
     return w, hidden, targets
 
 
-def test_chunked_matches_full_computation_values_and_grads():
+@pytest.mark.parametrize("vocab_chunk_size", [None, 5, 32, 64])  # 5: the last of 7 chunks overlaps the 6th
+def test_chunked_matches_full_computation_values_and_grads(vocab_chunk_size):
     w, hidden, targets = _unembed_problem()
     temp = 0.7
 
@@ -35,10 +37,10 @@ def test_chunked_matches_full_computation_values_and_grads():
         return logp, eager_entropy.from_logits(z)
 
     def chunked(w, hid):
-        return eager_entropy.chunked_logprobs_and_entropy(hid, targets, lambda x: x @ w, chunk_size=4,
-                                                          temperature=temp)
+        return eager_entropy.chunked_logprobs_and_entropy(hid, targets, w, chunk_size=4, temperature=temp,
+                                                          vocab_chunk_size=vocab_chunk_size)
 
-    for a, b in zip(chunked(w, hidden), full(w, hidden)):  # T = 13 is not a multiple of 4
+    for a, b in zip(jax.jit(chunked)(w, hidden), full(w, hidden)):  # T = 13 is not a multiple of 4
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
     scalar = lambda fn: lambda w, hid: jnp.sum(fn(w, hid)[0] * 0.3 + fn(w, hid)[1])  # noqa: E731
     g_chunk = jax.jit(jax.grad(scalar(chunked), argnums=(0, 1)))(w, hidden)
@@ -47,17 +49,43 @@ def test_chunked_matches_full_computation_values_and_grads():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_chunked_backward_never_holds_all_logits():
-    n, t, h, v = 2, 32, 8, 4096
+def test_vocab_chunks_online_logsumexp_hand_case():
+    # h = [1], W = [[0, ln 2, ln 3, 0, ln 2]] (V = 5) in chunks of 2: [0, ln2], [ln3, 0], then [0, ln2] read at
+    # start 3 with its first column (id 3, already seen) masked. Σ e^z = 1 + 2 + 3 + 1 + 2 = 9 -> lse = ln 9.
+    # target 2: logp = ln 3 − ln 9 = ln(1/3); H = −Σ π ln π with π = [1, 2, 3, 1, 2]/9.
+    w = jnp.log(jnp.array([[1.0, 2.0, 3.0, 1.0, 2.0]]))
+    logp, ent = entropy.chunked_logprobs_and_entropy(jnp.ones((1, 1, 1)), jnp.array([[2]]), w, chunk_size=1,
+                                                     vocab_chunk_size=2)
+    p = np.array([1, 2, 3, 1, 2]) / 9
+    np.testing.assert_allclose(logp, [[np.log(1 / 3)]], rtol=1e-6)
+    np.testing.assert_allclose(ent, [[-np.sum(p * np.log(p))]], rtol=1e-6)
+
+
+def test_vocab_chunked_minp_proxy_equals_the_full_logits_kernel():
+    w, hidden, targets = _unembed_problem(t=6, v=30)
+    w = w * 2.0  # peaked rows: the min-p filter drops part of the vocabulary
+    logp, ent, proxy = entropy.chunked_logprobs_and_entropy(hidden, targets, w, chunk_size=4, vocab_chunk_size=7,
+                                                            temperature=0.8, min_p=0.1)
+    expected = eager_entropy.minp_proxy_logprobs(hidden @ w / 0.8, targets, min_p=0.1)
+    assert np.any(expected < -100) and np.any(expected > -100)  # both filtered and kept targets
+    np.testing.assert_allclose(proxy, expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("vocab_chunk_size", [None, 256])
+def test_chunked_backward_never_holds_all_logits(vocab_chunk_size):
+    n, t, h, v, chunk = 2, 32, 8, 4096, 4
     w, hidden, targets = _unembed_problem(n, t, h, v)
 
     def loss(w, hid):
-        logp, ent = eager_entropy.chunked_logprobs_and_entropy(hid, targets, lambda x: x @ w, chunk_size=4)
+        logp, ent = eager_entropy.chunked_logprobs_and_entropy(hid, targets, w, chunk_size=chunk,
+                                                               vocab_chunk_size=vocab_chunk_size)
         return jnp.sum(logp) + jnp.sum(ent)
 
     compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(w, hidden).compile()
-    stats = compiled.memory_analysis()
-    assert stats.temp_size_in_bytes < n * t * v * 4  # a full float32 [N, T, V] logits array
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    assert temp < n * t * v * 4  # a full float32 [N, T, V] logits array
+    if vocab_chunk_size:  # not even one sequence chunk's [N, chunk, V] logits (beyond the [H, V] gradient)
+        assert temp < n * chunk * v * 4 + h * v * 4
 
 
 def test_entropy_bonus_and_gradient_toward_uniform():
