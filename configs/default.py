@@ -48,6 +48,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.sft.batch_size = 64
     c.sft.learning_rate = 3e-3
     c.sft.warmup_steps = 20
+    c.sft.lr_schedule = "constant"  # "constant" | "cosine" (to 0 at the last step), after the warm-up
     c.sft.weight_decay = 0.0
     c.sft.grad_clip = 1.0
 
@@ -82,6 +83,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl.micro_batch_size = 0  # 0: the whole minibatch at once; else gradient accumulation
     c.rl.learning_rate = 1e-4
     c.rl.warmup_steps = 5
+    c.rl.lr_schedule = "constant"  # "constant" | "cosine" (to 0 at the last update), after the warm-up
     c.rl.weight_decay = 0.0
     c.rl.grad_clip = 1.0
     c.rl.logprob_chunk_size = 64

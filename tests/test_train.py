@@ -188,6 +188,7 @@ def test_pass_at_k_hand_computed(n, c, k, expected):
         ("model.preset", "gpt5", "config.model.preset='gpt5': unknown; allowed: "),
         ("task.operators", "/", "config.task.operators='/'"),
         ("eval.pass_k", (1, 8), "config.eval.pass_k=(1, 8)"),
+        ("rl.lr_schedule", "linear", "config.rl.lr_schedule='linear': unknown; allowed: constant, cosine"),
     ],
 )
 def test_config_validation_names_the_field(field, value, message):
@@ -200,6 +201,17 @@ def test_config_validation_names_the_field(field, value, message):
     with pytest.raises(config_validation.ConfigError, match=None) as info:
         config_validation.validate(config)
     assert message in str(info.value)
+
+
+def test_cosine_learning_rate_schedule_hand_values():
+    """Warm-up 10 then cosine to 0 at update 110: lr(t) = 2e-3 * (1 + cos(pi * (t - 10) / 100)) / 2."""
+    lr = learner_lib.learning_rate_schedule(2e-3, 10, "cosine", 110)
+    assert float(lr(5)) == pytest.approx(1e-3)  # linear warm-up: 2e-3 * 5 / 10
+    assert float(lr(10)) == pytest.approx(2e-3)
+    assert float(lr(60)) == pytest.approx(1e-3)  # cos(pi / 2) = 0
+    assert float(lr(85)) == pytest.approx(2e-3 * (1 + np.cos(0.75 * np.pi)) / 2)
+    assert float(lr(110)) == pytest.approx(0.0, abs=1e-12)
+    assert learner_lib.learning_rate_schedule(2e-3, 0, "constant", 110) == 2e-3
 
 
 def test_unknown_loss_hyperparameter_is_named():

@@ -229,6 +229,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
         _check_positive_int(errors, config, f"{stage}.steps", minimum=0)
         _check_range(errors, config, f"{stage}.learning_rate", 0.0, 1.0, low_open=True)
         _check_positive_int(errors, config, f"{stage}.warmup_steps", minimum=0)
+        _check_choice(errors, config, f"{stage}.lr_schedule", learner.LR_SCHEDULES)
         _check_range(errors, config, f"{stage}.weight_decay", 0.0, 1.0)
         _check_range(errors, config, f"{stage}.grad_clip", 0.0, 1e9)
     _check_positive_int(errors, config, "sft.batch_size")

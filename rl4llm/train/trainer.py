@@ -122,7 +122,10 @@ def sft_batch(config, setup: Setup, step: int):
 def run_sft(config, setup: Setup, key, writer: metrics_lib.MetricsWriter, workdir: str):
     """Warm-start stage; returns (params, eval metrics of the warm-started policy)."""
     cfg = config.sft
-    optimizer = learner_lib.make_optimizer(cfg.learning_rate, cfg.warmup_steps, cfg.weight_decay, cfg.grad_clip)
+    optimizer = learner_lib.make_optimizer(
+        cfg.learning_rate, cfg.warmup_steps, cfg.weight_decay, cfg.grad_clip,
+        schedule=cfg.lr_schedule, total_steps=cfg.steps,
+    )
     params = models.init_params(setup.model_cfg, jax.random.fold_in(key, 0))
     state = sft_lib.SFTState(params=params, opt_state=optimizer.init(params))
     ckpt = checkpointing.Checkpointer(
@@ -447,7 +450,10 @@ def build_rl_programs(config, setup: Setup, optimizer) -> RLPrograms:
 def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop_after_step=None):
     """RL stage; returns (final params, last eval metrics, steps done)."""
     rl = config.rl
-    optimizer = learner_lib.make_optimizer(rl.learning_rate, rl.warmup_steps, rl.weight_decay, rl.grad_clip)
+    optimizer = learner_lib.make_optimizer(
+        rl.learning_rate, rl.warmup_steps, rl.weight_decay, rl.grad_clip,
+        schedule=rl.lr_schedule, total_steps=rl.steps * rl.ppo_epochs * rl.num_minibatches,
+    )
     state = init_rl_state(config, init_params, optimizer, key)
     ckpt = checkpointing.Checkpointer(
         os.path.join(workdir, "checkpoints", "rl"), max_to_keep=config.checkpoint.max_to_keep
