@@ -1,0 +1,57 @@
+"""Parameter shardings from the decoder's logical axis names (`decoder.param_logical_axes`).
+
+A rule maps a logical axis name (`vocab`, `embed`, `mlp`, `heads`, `kv_heads`, `head_dim`) to a mesh axis
+name (or None: replicated). A rule whose mesh axis is absent from the mesh, has size 1, does not divide the
+dimension, or is already used by an earlier dimension of the same param is dropped for that param, so
+one rule table fits every model and mesh (e.g. 2 kv heads on a tensor axis of 4 stay replicated).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from rl4llm.models.config import ModelConfig
+from rl4llm.models.decoder import init_params, param_logical_axes
+
+# FSDP over the model width, tensor parallelism over heads / MLP / vocabulary (Megatron layout).
+DEFAULT_RULES: Mapping[str, str | None] = {
+    "vocab": "tensor",
+    "embed": "fsdp",
+    "mlp": "tensor",
+    "heads": "tensor",
+    "kv_heads": "tensor",
+    "head_dim": None,
+}
+
+
+def partition_spec(
+    axes: tuple[str | None, ...], shape: tuple[int, ...], mesh: Mesh, rules: Mapping[str, str | None]
+) -> PartitionSpec:
+    """PartitionSpec of one param with logical `axes` and `shape` (see the module docstring)."""
+    used, spec = set(), []
+    for name, size in zip(axes, shape):
+        mesh_axis = rules.get(name) if name is not None else None
+        ok = (
+            mesh_axis in mesh.shape
+            and mesh.shape[mesh_axis] > 1
+            and size % mesh.shape[mesh_axis] == 0
+            and mesh_axis not in used
+        )
+        spec.append(mesh_axis if ok else None)
+        used.add(mesh_axis if ok else None)
+    return PartitionSpec(*spec)
+
+
+def param_shardings(cfg: ModelConfig, mesh: Mesh, rules: Mapping[str, str | None] = DEFAULT_RULES) -> Any:
+    """NamedSharding of every param (same tree as `init_params(cfg, key)`)."""
+    shapes = jax.eval_shape(init_params, cfg, jax.random.key(0))
+    axes = param_logical_axes(cfg)
+    return jax.tree.map(
+        lambda a, s: NamedSharding(mesh, partition_spec(a, s.shape, mesh, rules)),
+        axes,
+        shapes,
+        is_leaf=lambda x: isinstance(x, tuple),
+    )
