@@ -23,6 +23,8 @@ setuptools.setup(
         "absl-py>=2.0",
         "tensorboardX>=2.6",
         "numpy>=1.26",
+        "pebble>=5.0",
+        "sympy>=1.12",
     ],
     extras_require={
         # Hugging Face checkpoints (safetensors), tokenizer.json and chat templates (rl4llm.models.hf_checkpoint,
