@@ -1,5 +1,8 @@
-"""Tests for rl4llm.models: KV cache vs full forward, causality, padding, RoPE, param counts, axes."""
+"""Tests for rl4llm.models: KV cache vs full forward, causality, padding, RoPE, param counts, axes,
+query-chunked attention and per-block rematerialisation."""
+import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +20,7 @@ from rl4llm.models import (
     param_logical_axes,
     positions_from_mask,
 )
-from rl4llm.models.decoder import apply_rope, rope_cos_sin
+from rl4llm.models.decoder import apply_rope, attention_mask_for, dot_product_attention, rope_cos_sin
 
 LOGICAL_NAMES = {"vocab", "embed", "mlp", "heads", "kv_heads", "head_dim"}
 
@@ -50,6 +53,7 @@ def full_logits(cfg, params, tokens, mask):
     dict(qkv_bias=False, qk_norm=True),
     dict(qk_norm=True, tie_embeddings=False),
     dict(num_kv_heads=1),
+    dict(attention_query_chunk=2),  # the 4-token prefill runs in 2 query chunks, the full pass in 5
 ])
 def test_kv_cache_decoding_matches_full_forward(overrides):
     cfg = tiny_cfg(**overrides)
@@ -206,3 +210,87 @@ def test_bfloat16_compute_is_finite_and_close():
     hi = full_logits(cfg, params, tokens, mask)
     assert lo.dtype == jnp.float32 and np.all(np.isfinite(lo))
     assert np.abs(lo - hi).max() < 0.1 * np.abs(hi).max()
+
+
+def test_query_chunked_attention_equals_unchunked():
+    """Chunks of 1, 3 and 10 queries (3 and 10 do not divide L=11, so the last chunk is padded) give the
+    unchunked outputs and gradients: 4 query heads on 2 kv heads, 13 key slots of which the first 2 hold
+    earlier tokens, causal mask, row 1 left-padded over 4 slots (its first queries see no key at all)."""
+    rng = np.random.default_rng(0)
+    b, l, s, h, hkv, d = 2, 11, 13, 4, 2, 8
+    q = jnp.asarray(rng.normal(size=(b, l, h, d)), jnp.float32)
+    k, v = (jnp.asarray(rng.normal(size=(b, s, hkv, d)), jnp.float32) for _ in range(2))
+    key_mask = np.ones((b, s), bool)
+    key_mask[1, :4] = False
+    mask = attention_mask_for(jnp.arange(2, 2 + l), jnp.asarray(key_mask))  # [B, L, S]
+    weights = jnp.asarray(rng.normal(size=(b, l, h, d)), jnp.float32)
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def value_and_grads(chunk):
+        loss = lambda q, k, v: jnp.sum(dot_product_attention(q, k, v, mask, chunk) * weights)  # noqa: E731
+        return dot_product_attention(q, k, v, mask, chunk), jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+    expected_out, expected_grads = value_and_grads(0)
+    assert float(jnp.std(expected_out)) > 0.1 and float(jnp.abs(expected_grads[1]).max()) > 0.1
+    for chunk in (1, 3, 10):
+        out, grads = value_and_grads(chunk)
+        np.testing.assert_allclose(out, expected_out, atol=1e-6, rtol=1e-6)
+        for got, want in zip(grads, expected_grads):
+            np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_query_chunked_model_matches_unchunked_with_padding():
+    cfg = tiny_cfg(qk_norm=True)
+    params = random_params(cfg)
+    tokens = np.random.default_rng(1).integers(1, cfg.vocab_size, (2, 10)).astype(np.int32)
+    mask = np.ones_like(tokens, bool)
+    mask[0, :3] = False  # left padding
+    mask[1, 8:] = False  # right padding
+    expected = full_logits(cfg, params, tokens, mask)
+    got = full_logits(dataclasses.replace(cfg, attention_query_chunk=4), params, tokens, mask)
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def _logits_loss(cfg, tokens, mask):
+    """params -> sum(logits * fixed random weights), a scalar that depends on every logit."""
+    weights = jnp.asarray(np.random.default_rng(2).normal(size=(*tokens.shape, cfg.vocab_size)), jnp.float32)
+    return lambda p: jnp.sum(apply(cfg, p, tokens, positions_from_mask(mask), mask)[0] * weights)
+
+
+def _kept_for_backward(cfg, params, tokens, mask) -> list[tuple[int, ...]]:
+    """Shapes of what the backward pass of `_logits_loss` keeps: the leaves of its VJP closure (every saved
+    residual, the params included). Only traced, never run."""
+    loss = _logits_loss(cfg, tokens, mask)
+    return [r.shape for r in jax.eval_shape(lambda p: jax.tree.leaves(jax.vjp(loss, p)[1]), params)]
+
+
+def test_remat_is_exact_and_keeps_less_for_the_backward_pass():
+    """Every remat mode gives the same loss and gradient; what the backward pass keeps shrinks from "none"
+    to "dots" (matmul outputs) to "full" (block inputs); query chunking drops the [B, H, L, L] attention
+    probabilities (2 * 4 * 40 * 40 = 12800 floats per layer) that the unchunked pass keeps."""
+    cfg = tiny_cfg()
+    params = random_params(cfg)
+    tokens = jnp.asarray(np.random.default_rng(3).integers(1, cfg.vocab_size, (2, 40)), jnp.int32)
+    mask = jnp.ones((2, 40), bool).at[1, :5].set(False)
+    configs = {(remat, chunk): dataclasses.replace(cfg, remat=remat, attention_query_chunk=chunk)
+               for remat, chunk in (("none", 0), ("none", 16), ("dots", 16), ("full", 16))}
+    loss, grads = jax.jit(jax.value_and_grad(_logits_loss(configs[("none", 0)], tokens, mask)))(params)
+    for mode in (("dots", 16), ("full", 16)):  # float32 noise of a changed summation order
+        other_loss, other_grads = jax.jit(jax.value_and_grad(_logits_loss(configs[mode], tokens, mask)))(params)
+        np.testing.assert_allclose(other_loss, loss, rtol=1e-6)
+        for got, want in zip(jax.tree.leaves(other_grads), jax.tree.leaves(grads)):
+            np.testing.assert_allclose(got, want, atol=1e-5 * float(jnp.abs(want).max()), rtol=0)
+
+    kept = {mode: _kept_for_backward(c, params, tokens, mask) for mode, c in configs.items()}
+    kept_floats = {mode: sum(math.prod(s) for s in shapes) for mode, shapes in kept.items()}
+    assert kept_floats[("full", 16)] < kept_floats[("dots", 16)] < kept_floats[("none", 16)] < kept_floats[("none", 0)]
+    probs_shape = (2, 2, 2, 40, 40)  # [B, Hkv, G, L, S]
+    assert probs_shape in kept[("none", 0)]
+    assert all(math.prod(s) < math.prod(probs_shape) for s in kept[("none", 16)])
+
+
+def test_model_config_rejects_bad_remat_and_chunk():
+    with pytest.raises(ValueError, match="remat"):
+        tiny_cfg(remat="some")
+    with pytest.raises(ValueError, match="attention_query_chunk"):
+        tiny_cfg(attention_query_chunk=-1)

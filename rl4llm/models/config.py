@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
+REMAT_MODES = ("none", "full", "dots")
+
 
 @dataclasses.dataclass(frozen=True)
 class Llama3RopeScaling:
@@ -48,6 +50,15 @@ class ModelConfig:
         init_std: HF init, every linear/embedding weight ~ N(0, init_std^2); biases 0; norm scales 1.
         dtype: activation/compute dtype (softmax and norms always run in float32).
         param_dtype: storage dtype of the parameters.
+        remat: what the backward pass keeps of each decoder block of a cache-free forward (training):
+            "none" keeps every intermediate; "full" keeps only the block's input and recomputes the
+            rest (`jax.checkpoint`, one extra block forward in the backward pass); "dots" keeps the
+            outputs of the weight matmuls and recomputes the rest (attention included). Forward-only
+            passes and cached decoding compute the same thing under every setting.
+        attention_query_chunk: a cache-free forward longer than this many tokens computes attention
+            for this many queries at a time (each chunk against all its keys, so the softmax is exact),
+            so [B, H, chunk, S] float32 scores exist at once instead of [B, H, L, S]; each chunk is
+            recomputed in the backward pass. 0 = never chunk.
     """
 
     vocab_size: int
@@ -66,8 +77,15 @@ class ModelConfig:
     init_std: float = 0.02
     dtype: str = "float32"
     param_dtype: str = "float32"
+    remat: str = "full"
+    attention_query_chunk: int = 128
 
     def __post_init__(self):
+        if self.remat not in REMAT_MODES:
+            raise ValueError(f"ModelConfig.remat must be one of {REMAT_MODES}, got {self.remat!r}.")
+        if self.attention_query_chunk < 0:
+            raise ValueError(f"ModelConfig.attention_query_chunk must be >= 0 (0 = no chunking), got "
+                             f"{self.attention_query_chunk}.")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
                      "head_dim", "intermediate_size"):
             if getattr(self, name) < 1:

@@ -163,7 +163,7 @@ def attention_mask_for(query_slots: jax.Array, key_mask: jax.Array) -> jax.Array
     return causal[None] & key_mask[:, None, :]
 
 
-def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+def _attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
     """softmax(q k^T / sqrt(D) masked) v with grouped-query heads; scores and softmax in float32.
 
     q: [B, L, H, D]; k, v: [B, S, Hkv, D]; mask: [B, L, S] bool. Returns [B, L, H, D].
@@ -178,6 +178,31 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("bkgls,bskd->blkgd", probs, v)  # [B, L, Hkv, G, D]
     return out.reshape(b, l, h, d)
+
+
+def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                          query_chunk: int = 0) -> jax.Array:
+    """`_attend` (softmax(q k^T / sqrt(D) masked) v, GQA), `query_chunk` queries at a time when L > query_chunk.
+
+    q: [B, L, H, D]; k, v: [B, S, Hkv, D]; mask: [B, L, S] bool. Returns [B, L, H, D].
+    Every query chunk sees all S keys, so each softmax is exact and the result equals the unchunked
+    one; only [B, H, query_chunk, S] float32 scores exist at once. Each chunk runs under
+    `jax.checkpoint`, so the backward pass recomputes its probabilities instead of storing
+    [B, H, L, S] of them. L is padded to a multiple of the chunk with queries that see no key (their
+    finite outputs are dropped). query_chunk=0: one chunk.
+    """
+    b, l, h, d = q.shape
+    if not query_chunk or l <= query_chunk:
+        return _attend(q, k, v, mask)
+    num_chunks = -(-l // query_chunk)
+    pad = num_chunks * query_chunk - l
+    q = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))  # [B, n*c, H, D]
+    mask = jnp.pad(mask, ((0, 0), (0, pad), (0, 0)))  # [B, n*c, S], padded queries see nothing
+    q_chunks = jnp.moveaxis(q.reshape(b, num_chunks, query_chunk, h, d), 1, 0)  # [n, B, c, H, D]
+    mask_chunks = jnp.moveaxis(mask.reshape(b, num_chunks, query_chunk, -1), 1, 0)  # [n, B, c, S]
+    attend_chunk = jax.checkpoint(lambda chunk: _attend(chunk[0], k, v, chunk[1]))
+    out = jax.lax.map(attend_chunk, (q_chunks, mask_chunks))  # [n, B, c, H, D]
+    return jnp.moveaxis(out, 0, 1).reshape(b, num_chunks * query_chunk, h, d)[:, :l]
 
 
 class Attention(nnx.Module):
@@ -196,6 +221,7 @@ class Attention(nnx.Module):
                                    0, cfg, normals)
         self.q_norm = RMSNorm(d, "head_dim", cfg) if cfg.qk_norm else None
         self.k_norm = RMSNorm(d, "head_dim", cfg) if cfg.qk_norm else None
+        self.query_chunk = cfg.attention_query_chunk
 
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
                  cache_kv: tuple[jax.Array, jax.Array] | None, layer: int,
@@ -211,11 +237,11 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache_kv is None:
-            return self.o_proj(dot_product_attention(q, k, v, mask)), None
+            return self.o_proj(dot_product_attention(q, k, v, mask, self.query_chunk)), None
         start = (layer, 0, cache_index, 0, 0)
         cache_k, cache_v = (jax.lax.dynamic_update_slice(c, new[None].astype(c.dtype), start)
                             for c, new in zip(cache_kv, (k, v)))
-        out = dot_product_attention(q, cache_k[layer], cache_v[layer], mask)
+        out = dot_product_attention(q, cache_k[layer], cache_v[layer], mask, self.query_chunk)
         return self.o_proj(out), (cache_k, cache_v)
 
 
@@ -248,6 +274,24 @@ class DecoderLayer(nnx.Module):
         attn_out, cache_kv = self.attn(self.input_norm(x), cos, sin, mask, cache_kv, layer, cache_index)
         x = x + attn_out
         return x + self.mlp(self.post_attn_norm(x)), cache_kv
+
+
+_REMAT_POLICIES = {"full": jax.checkpoint_policies.nothing_saveable,
+                   "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+
+
+def _block_without_cache(layer: DecoderLayer, x: jax.Array, cos: jax.Array, sin: jax.Array,
+                         mask: jax.Array) -> jax.Array:
+    """One decoder block of a cache-free forward: x [B, L, E] -> [B, L, E] (the layer index only
+    addresses a cache, so 0 stands for every layer)."""
+    return layer(x, cos, sin, mask, None, 0, None)[0]
+
+
+def _block_fn(remat: str):
+    """`_block_without_cache`, under `nnx.remat` with the policy `ModelConfig.remat` names ("none": bare)."""
+    if remat == "none":
+        return _block_without_cache
+    return nnx.remat(_block_without_cache, policy=_REMAT_POLICIES[remat])
 
 
 class KVCache(flax.struct.PyTreeNode):
@@ -284,8 +328,9 @@ class Decoder(nnx.Module):
         length = tokens.shape[1]
         if cache is None:
             mask = attention_mask_for(jnp.arange(length), attention_mask)  # [B, L, L]
-            for i, layer in enumerate(self.layers):
-                x, _ = layer(x, cos, sin, mask, None, i, None)
+            block = _block_fn(cfg.remat)
+            for layer in self.layers:
+                x = block(layer, x, cos, sin, mask)
             return self.final_norm(x), None
 
         cache_index = jnp.asarray(cache_index, jnp.int32)
