@@ -33,14 +33,14 @@ CHATML = (
 )
 # Llama-3-style template: writes bos_token itself, uses a namespace, trim_blocks/lstrip_blocks whitespace.
 LLAMA3 = """{{- bos_token }}
-{%- set ns = namespace(turns=0) %}
-{%- for message in messages %}
-    {%- set ns.turns = ns.turns + 1 %}
+{% set ns = namespace(turns=0) %}
+{% for message in messages %}
+    {% set ns.turns = ns.turns + 1 %}
     {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}
-{%- endfor %}
-{%- if add_generation_prompt %}
+{% endfor %}
+{% if add_generation_prompt %}
     {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
-{%- endif %}
+{% endif %}
 """
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>", "<|start_header_id|>",
             "<|end_header_id|>", "<|eot_id|>", "<pad>"]
