@@ -3,7 +3,8 @@ r"""The benchmark workloads of shared/bench/WORKLOADS.md, on the project's own s
     python -m experiments.benchmark --workload grpo_step --model tiny
     python -m experiments.benchmark --workload grpo_step --model small
     python -m experiments.benchmark --workload sample_only --model tiny
-    python -m experiments.benchmark --memory_probe --model small --probe_micro_batch_size 1
+    python -m experiments.benchmark --memory_probe --model small --probe_micro_batch_size 8
+    python -m experiments.benchmark --memory_probe --model small --remat none --attention_query_chunk 0
 
 Prints ONE JSON line, then a short human table.
 
@@ -25,7 +26,8 @@ part; the pad id is 0 and prompts are drawn from [1, V), so no prompt token is p
 --memory_probe: one learner step on N=64 rows of 32 prompt + 1024 completion random tokens (no
 generation), AOT-compiled so that `memory_analysis()` reports the program's temp buffers, compared
 with the 64*1024*V*4 bytes that full float32 logits would take. One configuration per process, so
-peak_rss_mb belongs to it.
+peak_rss_mb belongs to it. --remat and --attention_query_chunk override the model preset's
+(`ModelConfig.remat`, `ModelConfig.attention_query_chunk`) for any run.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import numpy as np
 import optax
 
 from rl4llm import models
+from rl4llm.models import config as model_config
 from rl4llm import sampling
 from rl4llm.rl import registry
 from rl4llm.train import batches
@@ -92,6 +95,10 @@ _CHUNK = flags.DEFINE_integer("logprob_chunk_size", 128, "Completion positions p
 _MEMORY_PROBE = flags.DEFINE_bool("memory_probe", False, "Run the learner memory probe instead of a workload.")
 _PROBE_MICRO_BATCH = flags.DEFINE_integer("probe_micro_batch_size", 0,
                                           "Memory probe: learner micro-batch size (0 = whole batch).", lower_bound=0)
+_REMAT = flags.DEFINE_enum("remat", None, list(model_config.REMAT_MODES),
+                           "Override ModelConfig.remat of the preset (what the backward pass keeps per block).")
+_QUERY_CHUNK = flags.DEFINE_integer("attention_query_chunk", None, "Override ModelConfig.attention_query_chunk "
+                                    "of the preset (0 = unchunked attention).", lower_bound=0)
 _PROBE_EXECUTE = flags.DEFINE_bool("probe_execute", True,
                                    "Memory probe: also run the step (else only compile and analyse it).")
 
@@ -288,7 +295,8 @@ def memory_probe(model_cfg: models.ModelConfig, model: str, wl: Workload, logpro
     return {
         "framework": "rl4llm", "workload": wl.name, "model": model, "batch": wl.batch,
         "prompt_len": wl.prompt_len, "completion_len": wl.new_tokens, "micro_batch_size": micro_batch_size,
-        "logprob_chunk_size": logprob_chunk_size,
+        "logprob_chunk_size": logprob_chunk_size, "remat": model_cfg.remat,
+        "attention_query_chunk": model_cfg.attention_query_chunk,
         "full_logits_mb": _round(wl.batch * wl.new_tokens * model_cfg.vocab_size * 4 / MIB),
         "temp_mb": _round(stats.temp_size_in_bytes / MIB), "argument_mb": _round(stats.argument_size_in_bytes / MIB),
         "output_mb": _round(stats.output_size_in_bytes / MIB), "alias_mb": _round(stats.alias_size_in_bytes / MIB),
@@ -317,7 +325,9 @@ def table(record: dict) -> str:
 
 def main(argv):
     del argv
-    model_cfg = models.get_config(_MODEL.value)
+    overrides = {name: flag.value for name, flag in (("remat", _REMAT), ("attention_query_chunk", _QUERY_CHUNK))
+                 if flag.value is not None}
+    model_cfg = models.get_config(_MODEL.value, **overrides)
     if _MEMORY_PROBE.value:
         record = memory_probe(model_cfg, _MODEL.value, MEMORY_PROBE, _CHUNK.value, _PROBE_MICRO_BATCH.value,
                               _SEED.value, _PROBE_EXECUTE.value)

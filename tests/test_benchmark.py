@@ -103,3 +103,4 @@ def test_memory_probe_record():
     assert record["temp_mb"] > 0 and record["argument_mb"] > 0
     assert record["step_s"] > 0 and record["compile_s"] > 0 and record["peak_rss_mb"] > 10
     assert record["micro_batch_size"] == 2 and record["logprob_chunk_size"] == 4
+    assert (record["remat"], record["attention_query_chunk"]) == (NANO.remat, NANO.attention_query_chunk)
