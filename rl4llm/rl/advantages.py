@@ -8,13 +8,14 @@ contiguous or equal-sized (rows with an id outside that range are dropped from e
 
 from __future__ import annotations
 
+import functools
 from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import betaln, xlogy
 
-from rl4llm.rl.aggregation import masked_whiten, replicated
+from rl4llm.rl.aggregation import masked_whiten, replicated, require
 
 
 def _float(x: jax.Array) -> jax.Array:
@@ -244,6 +245,7 @@ def bnpo(
     group_ids: jax.Array,  # [N]
     *,
     num_groups: int,
+    reward_components: Optional[jax.Array] = None,  # [N, K]
     r_min: float = 0.0,
     r_max: float = 1.0,
     alpha: Optional[float] = None,
@@ -257,10 +259,25 @@ def bnpo(
     a = (m(1−m)/v − 1)·m;  b = (m(1−m)/v − 1)·(1−m);  α = max(1 + a/3, 1);  β = max(1 + b/3, 1)
     A_i = (R̃_i − p_g)·clip(1/BetaPDF(p_g; α, β), 0, 1e6)
     ```
+    With `reward_components[N, K]` (several rewards, e.g. accuracy and format) this is BNPO's advantage
+    decomposition: `A = (1/K)·Σ_k A^k`, each A^k the formula above on component k alone with its own
+    fitted (α_k, β_k) (official trainer, `use_advantage_decomposition`); `scores` are then unused.
     `alpha`/`beta` override the fitted values (α=β=1 is REINFORCE with a mean baseline; α=β=3/2 gives
     GRPO with population std, up to the factor π/8, for binary rewards). Difference from the official
     code: v = 0 (all groups with equal p) falls back to α=β=1 instead of producing inf/NaN.
     """
+    require("r_max", r_max, r_max > r_min, f"must be > r_min={r_min}")
+    require("alpha", alpha, alpha is None or alpha > 0, "must be > 0 (or None: fitted)")
+    require("beta", beta, beta is None or beta > 0, "must be > 0 (or None: fitted)")
+    one = functools.partial(_bnpo_component, group_ids=group_ids, num_groups=num_groups, r_min=r_min, r_max=r_max,
+                            alpha=alpha, beta=beta)
+    if reward_components is None:
+        return one(scores)
+    return jnp.mean(jax.vmap(one, in_axes=1, out_axes=1)(reward_components), axis=-1)
+
+
+def _bnpo_component(scores, *, group_ids, num_groups, r_min, r_max, alpha, beta) -> jax.Array:  # [N] -> [N]
+    """`bnpo` of one reward component (see its docstring)."""
     scaled = (_float(scores) - r_min) / (r_max - r_min)
     count = group_count(group_ids, num_groups)  # [G]
     p = jnp.where(count > 1, group_mean(scaled, group_ids, num_groups), 0.0)  # [G]
@@ -277,6 +294,46 @@ def bnpo(
     log_pdf = xlogy(a - 1.0, p_i) + xlogy(b - 1.0, 1.0 - p_i) - betaln(a, b)
     weight = jnp.clip(jnp.exp(-log_pdf), 0.0, 1e6)
     return (scaled - p_i) * weight
+
+
+def hapo(
+    scores: jax.Array,  # [N]
+    group_ids: jax.Array,  # [N]
+    lengths: jax.Array,  # [N] number of valid tokens
+    *,
+    num_groups: int,
+    normalize_std: bool = True,
+    eps: float = 1e-6,
+    fallback: float = 5.0,
+) -> jax.Array:  # [N]
+    """HAPO token-level group-average advantage (Liu et al. 2025, "From Uniform to Heterogeneous";
+    starriver030515/HAPO `compute_hapo_outcome_advantage`).
+
+    The group statistics are over all valid TOKENS of the group (each response's reward counted once
+    per token, population std):
+    ```
+    μ_g = Σ_i L_i·s_i / Σ_i L_i;   σ_g = sqrt(Σ_i L_i·(s_i − μ_g)² / Σ_i L_i)
+    A_i = (s_i − μ_g)/(σ_g + eps)          (s_i − μ_g without `normalize_std`)
+    ```
+    If any response of the group with L_i > 0 has |A_i| ≥ `fallback` (5), the whole group gets its
+    `grpo` advantage instead. With equal lengths μ_g is GRPO's mean. Difference from the reference:
+    it also tests the padded positions (where its value is (0 − μ_g)/σ_g) against the threshold; we
+    test responses only. Pair with the `hapo` loss (entropy-adaptive clip and advantage redistribution).
+    """
+    require("fallback", fallback, fallback > 0, "must be > 0")
+    scores = _float(scores)
+    weights = lengths.astype(scores.dtype)
+    total = group_sum(weights, group_ids, num_groups)  # [G]
+    denominator = jnp.where(total > 0, total, 1.0)
+    mean = group_sum(weights * scores, group_ids, num_groups) / denominator
+    centred = scores - to_members(mean, group_ids, num_groups)
+    if normalize_std:
+        std = jnp.sqrt(group_sum(weights * jnp.square(centred), group_ids, num_groups) / denominator)
+        centred = centred / (to_members(std, group_ids, num_groups) + eps)
+    too_large = group_sum(((jnp.abs(centred) >= fallback) & (weights > 0)).astype(scores.dtype), group_ids, num_groups)
+    use_grpo = to_members(too_large, group_ids, num_groups) > 0
+    grpo_adv = grpo(scores, group_ids, num_groups=num_groups, normalize_std=normalize_std, eps=eps)
+    return jnp.where(use_grpo, grpo_adv, centred)
 
 
 def gdpo(

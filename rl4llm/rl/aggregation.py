@@ -69,6 +69,14 @@ def masked_whiten(values: jax.Array, mask: jax.Array, shift_mean: bool = True) -
     return whitened if shift_mean else whitened + mean
 
 
+def require(name: str, value, ok: bool, requirement: str) -> None:
+    """Raise ValueError("name=value: requirement") unless `ok`, for a method hyper-parameter given as a
+    Python number or string (traced values are not checked). Config validation reports these messages
+    under the method's `*_kwargs` field before anything compiles."""
+    if isinstance(value, (int, float, str)) and not ok:
+        raise ValueError(f"{name}={value!r}: {requirement}")
+
+
 def _check_mode(mode: str) -> None:
     if mode not in AGG_MODES:
         raise ValueError(f"unknown loss aggregation mode {mode!r}; known modes: {', '.join(AGG_MODES)}")

@@ -10,7 +10,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl.aggregation import aggregate, masked_mean, masked_quantile, weighted_sum
+from rl4llm.rl.aggregation import aggregate, masked_mean, masked_quantile, require, weighted_sum
 
 
 def from_logits(logits: jax.Array) -> jax.Array:  # [..., V] -> [...]
@@ -234,6 +234,7 @@ def normalized_entropy_scores(
     ```
     so ĥ ∈ [−1, 1] on valid tokens and ĥ = 0 at the pivot token. Treated as a constant.
     """
+    require("pivot", pivot, 0 <= pivot <= 1, "must lie in [0, 1]")
     e = jnp.log(jnp.maximum(jax.lax.stop_gradient(entropy), 1e-8))
     centre = masked_quantile(e, mask, pivot, interpolation="nearest")
     spread = jnp.sqrt(masked_mean(jnp.square(e - centre), mask))
@@ -244,3 +245,51 @@ def normalized_entropy_scores(
     pos = z / jnp.where(z_max > 0, z_max, 1.0)
     neg = z / jnp.where(z_min < 0, -z_min, 1.0)
     return jnp.where(z > 0, pos, neg) * valid
+
+
+def steer_token_weights(
+    logp: jax.Array,  # [N, T] current policy
+    old_logp: jax.Array,  # [N, T] rollout (old) policy
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    entropy: jax.Array,  # [N, T] token entropy of the current policy
+    *,
+    weight_min: float,
+    weight_max: float,
+    mapping: str,
+) -> jax.Array:  # [N, T] in [weight_min, 1] (exponential) or [weight_min, weight_max] (linear); 0 off the mask
+    """STEER per-token weights from the predicted entropy change (Hao et al. 2025, "Rethinking Entropy
+    Interventions in RLVR: An Entropy Change Perspective"; zz-haooo/STEER `compute_token_weights`).
+
+    First-order entropy change a token's update causes, under no gradient:
+    ```
+    π = clip(e^logp, 1e-8, 1 − 1e-8);  π_old = clip(e^old_logp, 1e-8, 1)
+    Ω = |A/π_old · π(1 − π) · (log π + H)|          (non-finite Ω -> 0)
+    exponential: k = −ln(w_min) / max(max_valid Ω, 0.02);  w = clip(e^(−k·Ω), w_min, 1)
+    linear:      w = clip(w_max − (Ω − Ω_min)·(w_max − w_min)/(Ω_max − Ω_min), w_min, w_max)
+                 ((w_min + w_max)/2 for every token if Ω_max = Ω_min)
+    ```
+    max/min over the valid tokens of the WHOLE batch given (the reference takes them per micro-batch).
+    Tokens whose update would move the entropy most are down-weighted toward w_min; with A ≡ 0 every
+    weight is 1 (exponential). The authors' runs: exponential, w_min = 0.8, w_max = 1.
+    """
+    require("weight_min", weight_min, 0 < weight_min <= 1, "must lie in (0, 1]")
+    require("weight_max", weight_max, weight_max >= weight_min, f"must be >= weight_min={weight_min}")
+    require("mapping", mapping, mapping in ("exponential", "linear"), "must be 'exponential' or 'linear'")
+    logp, old_logp, entropy = jax.lax.stop_gradient((logp, old_logp, entropy))
+    adv = jax.lax.stop_gradient(advantages[:, None] if advantages.ndim == 1 else advantages)
+    p = jnp.clip(jnp.exp(logp), 1e-8, 1.0 - 1e-8)
+    p_old = jnp.clip(jnp.exp(old_logp), 1e-8, 1.0)
+    omega = adv / p_old * p * (1.0 - p) * (jnp.log(p) + entropy)
+    omega = jnp.abs(jnp.where(jnp.isfinite(omega), omega, 0.0))
+    valid = mask != 0
+    omega_max = jnp.max(jnp.where(valid, omega, -jnp.inf))
+    if mapping == "exponential":
+        k = -jnp.log(weight_min) / jnp.maximum(omega_max, 0.02)
+        weights = jnp.clip(jnp.exp(-k * omega), weight_min, 1.0)
+    else:
+        omega_min = jnp.min(jnp.where(valid, omega, jnp.inf))
+        spread = omega_max - omega_min
+        scaled = weight_max - (omega - omega_min) * (weight_max - weight_min) / jnp.where(spread > 0, spread, 1.0)
+        weights = jnp.clip(jnp.where(spread > 0, scaled, 0.5 * (weight_min + weight_max)), weight_min, weight_max)
+    return jnp.where(valid, weights, 0.0)

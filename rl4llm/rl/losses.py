@@ -9,6 +9,11 @@ Common keyword arguments:
   This is the micro-batching path: weights come from `aggregation_weights` on the whole batch's mask.
 - `is_weights[N, T]`: per-token importance weights (e.g. truncated IS against the sampler), multiplied
   into the per-token loss after clipping (verl `rollout_is_weights`). Treated as constants.
+- `token_stats[N, T]` (losses that select or weight tokens by statistics of the batch: clip_cov, kl_cov,
+  lp_reg, hapo, steer): the per-token selection / score / weight computed on the WHOLE minibatch by the
+  loss's `*_selection` function (`registry.TOKEN_STATISTICS`), sliced to the micro-batch. None: computed
+  from the arrays given. Passing the whole-minibatch values makes these losses, and their gradients,
+  independent of micro-batching (verl selects per micro-batch); sharded arrays under jit are global anyway.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl.aggregation import aggregate, masked_mean, masked_quantile, masked_sum, replicated, weighted_sum
-from rl4llm.rl.entropy import normalized_entropy_scores
+from rl4llm.rl.aggregation import (aggregate, masked_mean, masked_quantile, masked_sum, replicated, require,
+                                   weighted_sum)
+from rl4llm.rl.entropy import normalized_entropy_scores, steer_token_weights
 from rl4llm.rl.kl import estimate
 
 Metrics = dict[str, jax.Array]
@@ -303,6 +309,35 @@ def _ranks(keys: jax.Array) -> jax.Array:
     return jnp.argsort(jnp.argsort(keys, stable=True), stable=True)
 
 
+def clip_cov_selection(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    key: jax.Array,
+    *,
+    clip_low: float,
+    clip_high: float,
+    clip_cov_ratio: float,
+    clip_cov_lb: float,
+    clip_cov_ub: float,
+) -> jax.Array:  # [N, T] float {0, 1}: tokens whose gradient Clip-Cov cuts
+    """The tokens `clip_cov` detaches (see its docstring), from statistics of the batch given."""
+    require("clip_cov_ratio", clip_cov_ratio, 0 < clip_cov_ratio <= 1, "must lie in (0, 1]")
+    require("clip_cov_ub", clip_cov_ub, clip_cov_ub > clip_cov_lb, f"must be > clip_cov_lb={clip_cov_lb}")
+    logp = jax.lax.stop_gradient(logp)
+    adv = jnp.broadcast_to(_token_advantages(advantages), logp.shape)
+    ratio = jnp.exp(logp - old_logp)
+    loss1 = -adv * ratio
+    loss2 = -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    cov = (adv - masked_mean(adv, mask)) * (logp - masked_mean(logp, mask))
+    candidate = (mask != 0) & ~(loss2 > loss1) & (cov > clip_cov_lb) & (cov < clip_cov_ub)
+    n_clip = jnp.maximum(jnp.floor(clip_cov_ratio * jnp.sum(mask)), 1.0)
+    draw = jnp.where(candidate, jax.random.uniform(key, logp.shape), 2.0).reshape(-1)
+    picked = candidate.reshape(-1) & (_ranks(draw) < n_clip)
+    return picked.reshape(logp.shape).astype(jnp.float32)
+
+
 def clip_cov(
     logp: jax.Array,  # [N, T]
     old_logp: jax.Array,  # [N, T]
@@ -318,40 +353,58 @@ def clip_cov(
     agg_mode: str = "token-mean",
     agg_weights: Optional[jax.Array] = None,
     is_weights: Optional[jax.Array] = None,
+    token_stats: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, Metrics]:
     """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs"; verl `clip_cov`).
 
     ```
     ρ = exp(lr) (not clamped);  L1 = −A·ρ;  L2 = −A·clip(ρ, 1 − clip_low, 1 + clip_high)
-    cov = (A − mean_m A)·(logp − mean_m sg(logp))              (token level, over the given batch)
+    cov = (A − mean_m A)·(logp − mean_m sg(logp))              (token level, over the whole minibatch)
     candidates: valid tokens with lb < cov < ub that are not already PPO-clipped (L2 > L1)
     pick min(max(⌊ratio·Σm⌋, 1), #candidates) candidates uniformly at random (from `key`)
     L = max(L1, L2)·corr, corr = 0 on picked tokens (their gradient is cut) and 1 elsewhere
     ```
-    Deterministic given `key` (verl uses torch.randperm). Statistics are over the arrays given,
-    i.e. per micro-batch when micro-batching, as in verl. The authors' recipe sets clip_low =
-    clip_high = 1. Metric clip_frac = fraction of tokens picked.
+    The pick is `clip_cov_selection` (deterministic given `key`; verl uses torch.randperm): the
+    n_clip candidates with the smallest of one uniform draw per token of the [N, T] minibatch. Given
+    as `token_stats` (computed on the whole minibatch) it does not depend on micro-batching; verl
+    picks per micro-batch. The authors' recipe sets clip_low = clip_high = 1.
+    Metric clip_frac = fraction of tokens picked.
     """
-    adv = jnp.broadcast_to(_token_advantages(advantages), logp.shape)
+    adv = _token_advantages(advantages)
+    if token_stats is None:
+        token_stats = clip_cov_selection(logp, old_logp, advantages, mask, key, clip_low=clip_low, clip_high=clip_high,
+                                         clip_cov_ratio=clip_cov_ratio, clip_cov_lb=clip_cov_lb,
+                                         clip_cov_ub=clip_cov_ub)
+    picked = jax.lax.stop_gradient(token_stats)
     ratio = jnp.exp(logp - old_logp)
     loss1 = -adv * ratio
     loss2 = -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    valid = mask != 0
-    cov = jax.lax.stop_gradient(
-        (adv - masked_mean(adv, mask)) * (logp - masked_mean(jax.lax.stop_gradient(logp), mask))
-    )
-    candidate = valid & ~(loss2 > loss1) & (cov > clip_cov_lb) & (cov < clip_cov_ub)
-    n_clip = jnp.maximum(jnp.floor(clip_cov_ratio * jnp.sum(mask)), 1.0)
-    draw = jnp.where(candidate, jax.random.uniform(key, logp.shape), 2.0).reshape(-1)
-    picked = (candidate.reshape(-1) & (_ranks(draw) < n_clip)).reshape(logp.shape)
-    corr = 1.0 - picked.astype(logp.dtype)
-    token_loss = jnp.maximum(loss1, loss2) * corr
+    token_loss = jnp.maximum(loss1, loss2) * (1.0 - picked)
     loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
     return loss, {
-        "clip_frac": _frac(picked, mask),
+        "clip_frac": masked_mean(picked, mask),
         "approx_kl": _approx_kl(logp - old_logp, mask),
         **_ratio_metrics(ratio, mask),
     }
+
+
+def kl_cov_selection(
+    logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    *,
+    kl_cov_ratio: float,
+) -> jax.Array:  # [N, T] float {0, 1}: tokens KL-Cov penalises
+    """The k = max(1, ⌊N_valid·kl_cov_ratio⌋) valid tokens of largest cov (see `kl_cov`); ties to the earlier."""
+    require("kl_cov_ratio", kl_cov_ratio, 0 < kl_cov_ratio <= 1, "must lie in (0, 1]")
+    logp = jax.lax.stop_gradient(logp)
+    adv = jnp.broadcast_to(_token_advantages(advantages), logp.shape)
+    valid = mask != 0
+    cov = (adv - masked_mean(adv, mask)) * (logp - masked_mean(logp, mask))
+    k = jnp.maximum(jnp.floor(jnp.sum(valid) * kl_cov_ratio), 1.0)
+    order = jnp.where(valid, -cov, jnp.inf).reshape(-1)
+    picked = valid.reshape(-1) & (_ranks(order) < k)
+    return picked.reshape(logp.shape).astype(jnp.float32)
 
 
 def kl_cov(
@@ -365,32 +418,32 @@ def kl_cov(
     agg_mode: str = "token-mean",
     agg_weights: Optional[jax.Array] = None,
     is_weights: Optional[jax.Array] = None,
+    token_stats: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, Metrics]:
     """KL-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs"; verl `kl_cov`).
 
     ```
     ρ = exp(lr) (not clamped);  L = −A·ρ (no PPO clipping)
-    cov = (A − mean_valid A)·(logp − mean_valid logp)   (detached, over valid tokens of the given batch)
+    cov = (A − mean_valid A)·(logp − mean_valid logp)   (detached, over valid tokens of the whole minibatch)
     the k = max(1, ⌊N_valid·kl_cov_ratio⌋) valid tokens with the largest cov get L = −A·ρ + coef·|lr|
     ```
-    Deterministic (ties go to the earlier token). Defaults are verl's config (ratio 2e-4, coef 0.1);
-    the paper/recipe use ratio 2e-3 (7B) or 2e-4 (32B) with coef 1. Metric kl_cov_frac = fraction of
-    tokens penalised; abs_kl = masked mean of |lr| (verl's `ppo_kl` for this loss).
+    The selection is `kl_cov_selection` (deterministic, ties go to the earlier token); given as
+    `token_stats` it does not depend on micro-batching (verl selects per micro-batch). Defaults are
+    verl's config (ratio 2e-4, coef 0.1); the paper/recipe use ratio 2e-3 (7B) or 2e-4 (32B) with
+    coef 1. Metric kl_cov_frac = fraction of tokens penalised; abs_kl = masked mean of |lr| (verl's
+    `ppo_kl` for this loss).
     """
-    adv = jnp.broadcast_to(_token_advantages(advantages), logp.shape)
+    require("ppo_kl_coef", ppo_kl_coef, ppo_kl_coef >= 0, "must be >= 0")
+    adv = _token_advantages(advantages)
+    if token_stats is None:
+        token_stats = kl_cov_selection(logp, advantages, mask, kl_cov_ratio=kl_cov_ratio)
+    picked = jax.lax.stop_gradient(token_stats)
     log_ratio = logp - old_logp
     ratio = jnp.exp(log_ratio)
-    valid = mask != 0
-    cov = jax.lax.stop_gradient(
-        (adv - masked_mean(adv, mask)) * (logp - masked_mean(logp, mask))
-    )
-    k = jnp.maximum(jnp.floor(jnp.sum(valid) * kl_cov_ratio), 1.0)
-    order = jnp.where(valid, -cov, jnp.inf).reshape(-1)
-    picked = (valid.reshape(-1) & (_ranks(order) < k)).reshape(logp.shape)
-    token_loss = -adv * ratio + jnp.where(picked, ppo_kl_coef * jnp.abs(log_ratio), 0.0)
+    token_loss = -adv * ratio + picked * ppo_kl_coef * jnp.abs(log_ratio)
     loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
     return loss, {
-        "kl_cov_frac": _frac(picked, mask),
+        "kl_cov_frac": masked_mean(picked, mask),
         "abs_kl": masked_mean(jax.lax.stop_gradient(jnp.abs(log_ratio)), mask),
         "approx_kl": _approx_kl(log_ratio, mask),
         **_ratio_metrics(ratio, mask),
@@ -510,6 +563,23 @@ def truncated_is_weights(
     return jax.lax.stop_gradient(jnp.where(mask != 0, weights, 0.0))
 
 
+def lp_reg_selection(
+    logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    proxy_logp: jax.Array,  # [N, T]
+    *,
+    rho_neg: float,
+) -> jax.Array:  # [N, T] float {0, 1}: tokens Lp-Reg regularises
+    """Valid tokens with A < 0, logp ≤ the `rho_neg` quantile (linear) of logp over the batch's negative
+    tokens, and logp < proxy_logp (see `lp_reg`)."""
+    require("rho_neg", rho_neg, 0 < rho_neg <= 1, "must lie in (0, 1]")
+    current = jax.lax.stop_gradient(logp)
+    negative = (mask != 0) & (jnp.broadcast_to(_token_advantages(advantages), logp.shape) < 0)
+    threshold = masked_quantile(current, negative, rho_neg)
+    return (negative & (current <= threshold) & (current < proxy_logp)).astype(jnp.float32)
+
+
 def lp_reg(
     logp: jax.Array,  # [N, T]
     old_logp: jax.Array,  # [N, T]
@@ -525,24 +595,27 @@ def lp_reg(
     agg_mode: str = "token-mean",
     agg_weights: Optional[jax.Array] = None,
     is_weights: Optional[jax.Array] = None,
+    token_stats: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, Metrics]:
     """Lp-Reg: protect low-probability exploratory tokens (Huang et al. 2025, "Low-probability Tokens
     Sustain Exploration in RLVR"; CarlanLark/Lp-Reg).
 
-    Selected tokens: valid, A < 0, logp in the lowest `rho_neg` quantile of the batch's negative tokens,
-    and logp < proxy_logp (the token survived the min-p filter, so the proxy gives it more mass).
-    They get `L = −A·ρ + β·k3(logp, proxy_logp)` (k3 = KL(π‖π_proxy) estimate, verl clamps); every other
-    token gets the `ppo_clip` loss. Filtered ("noise") tokens have proxy_logp ≈ −∞ and are never selected.
-    The authors' scripts use an almost-unclipped PPO (clip_low = 1, clip_high = 9), ρ_neg = 1%, β = 1.
+    Selected tokens (`lp_reg_selection`): valid, A < 0, logp in the lowest `rho_neg` quantile of the
+    whole minibatch's negative tokens, and logp < proxy_logp (the token survived the min-p filter, so
+    the proxy gives it more mass). They get `L = −A·ρ + β·k3(logp, proxy_logp)` (k3 = KL(π‖π_proxy)
+    estimate, verl clamps); every other token gets the `ppo_clip` loss. Filtered ("noise") tokens have
+    proxy_logp ≈ −∞ and are never selected. Given as `token_stats` the selection does not depend on
+    micro-batching (the reference selects per micro-batch). The authors' scripts use an
+    almost-unclipped PPO (clip_low = 1, clip_high = 9), ρ_neg = 1%, β = 1.
     Metric lp_reg_frac = fraction of valid tokens selected.
     """
+    require("beta", beta, beta >= 0, "must be >= 0")
     adv = _token_advantages(advantages)
     log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
     token_loss, metrics = _ppo_token_loss(adv, log_ratio, mask, clip_low, clip_high, dual_clip)
-    current = jax.lax.stop_gradient(logp)
-    negative = (mask != 0) & (jnp.broadcast_to(adv, logp.shape) < 0)
-    threshold = masked_quantile(current, negative, rho_neg)
-    selected = negative & (current <= threshold) & (current < proxy_logp)
+    if token_stats is None:
+        token_stats = lp_reg_selection(logp, advantages, mask, proxy_logp, rho_neg=rho_neg)
+    selected = jax.lax.stop_gradient(token_stats) != 0
     regularised = -adv * jnp.exp(log_ratio) + beta * estimate(logp, jax.lax.stop_gradient(proxy_logp), "k3")
     token_loss = jnp.where(selected, regularised, token_loss)
     loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
@@ -559,24 +632,84 @@ def hapo(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     alpha: float = 1.0,
+    beta: float = 1.0,
     pivot: float = 0.8,
     dual_clip: Optional[float] = 10.0,
     agg_mode: str = "token-mean",
     agg_weights: Optional[jax.Array] = None,
     is_weights: Optional[jax.Array] = None,
+    token_stats: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, Metrics]:
-    """HAPO entropy-adaptive asymmetric clipping (Liu et al. 2025, "From Uniform to Heterogeneous").
+    """HAPO entropy-adaptive clipping and advantage redistribution (Liu et al. 2025, "From Uniform to
+    Heterogeneous: Tailoring Policy Optimization to Every Token's Nature"; starriver030515/HAPO
+    `ada_clip`, `ada_advantage`).
 
-    With ĥ = `entropy.normalized_entropy_scores(entropy, mask, pivot=pivot)` ∈ [−1, 1]:
-    low-entropy tokens (ĥ ≤ 0) get `ε_low·(1 − α·ĥ)` (room to decrease), high-entropy tokens (ĥ > 0) get
-    `ε_high·(1 + α·ĥ)` (room to increase); the rest is `ppo_clip` with per-token ranges (dual-clip c = 10
-    as in the HAPO recipes). α = 0 is exactly `ppo_clip`. Only the clipping part of HAPO is here (its
-    advantage redistribution and adaptive sampling temperature are not).
+    With ĥ = `entropy.normalized_entropy_scores(entropy, mask, pivot=pivot)` ∈ [−1, 1] (the whole
+    minibatch's scores when given as `token_stats`; the reference computes them per micro-batch):
+    ```
+    clip:  ε_lo = clip_low·(1 − α·ĥ) if ĥ ≤ 0 else clip_low;   ε_hi = clip_high·(1 + α·ĥ) if ĥ > 0 else clip_high
+    redistribution:  A_ent = A·(1 + β·ĥ);  neutral zone ρ ∈ (1 − ε_lo/2, 1 + ε_hi/2)  (ρ = exp(clip(lr, ±20)))
+           ĥ > 0 (high entropy): A inside the neutral zone, A_ent outside
+           ĥ ≤ 0 (low entropy):  A_ent inside the neutral zone, A outside
+    L = ppo_clip(ρ, Â, ε_lo, ε_hi, dual_clip)   (dual clip on Â < 0; c = 10 as in the HAPO recipes)
+    ```
+    Low-entropy tokens get room to decrease, high-entropy ones room to increase; high-entropy tokens
+    far from the old policy have their advantage amplified, low-entropy ones near it damped. The
+    recipes use α = β = 1, pivot 0.8; α = β = 0 is exactly `ppo_clip` (β ≤ 1 keeps the sign of A).
+    Not here: HAPO's adaptive sampling temperature (a sampler change); its token-level group
+    advantage is `advantages.hapo`.
     """
-    score = normalized_entropy_scores(entropy, mask, pivot=pivot)
+    require("alpha", alpha, alpha >= 0, "must be >= 0")
+    require("beta", beta, 0 <= beta <= 1, "must lie in [0, 1] (larger values flip the sign of A at ĥ = −1)")
+    score = normalized_entropy_scores(entropy, mask, pivot=pivot) if token_stats is None else token_stats
+    score = jax.lax.stop_gradient(score)
     low = jnp.where(score <= 0, clip_low * (1.0 - alpha * score), clip_low)
     high = jnp.where(score > 0, clip_high * (1.0 + alpha * score), clip_high)
+    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    ratio = jax.lax.stop_gradient(jnp.exp(log_ratio))
+    adv = _token_advantages(advantages)
+    adv_ent = adv * (1.0 + beta * score)
+    neutral = (ratio > 1.0 - low / 2) & (ratio < 1.0 + high / 2)
+    adv = jnp.where(score > 0, jnp.where(neutral, adv, adv_ent), jnp.where(neutral, adv_ent, adv))
+    token_loss, metrics = _ppo_token_loss(adv, log_ratio, mask, low, high, dual_clip)
+    metrics["neutral_frac"] = _frac(neutral, mask)
+    return _reduce(token_loss, mask, agg_mode, agg_weights, is_weights), metrics
+
+
+def steer(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    entropy: jax.Array,  # [N, T] token entropy of the current policy
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    dual_clip: Optional[float] = 10.0,
+    weight_min: float = 0.8,
+    weight_max: float = 1.0,
+    mapping: str = "exponential",
+    agg_mode: str = "token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+    token_stats: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """STEER: `ppo_clip` (dual clip) with each token's loss multiplied by its entropy-change weight
+    (Hao et al. 2025, "Rethinking Entropy Interventions in RLVR"; zz-haooo/STEER `entropy_control`).
+
+    `L = ppo_clip_token_loss(ρ, A; clip_low, clip_high, dual_clip)·w`, `w = entropy.steer_token_weights(
+    logp, old_logp, A, mask, entropy; weight_min, weight_max, mapping)` (constants; whole-minibatch weights
+    when given as `token_stats`, per micro-batch in the reference). Defaults are the authors' run scripts
+    (0.2 / 0.28, c = 10, exponential mapping, w_min = 0.8, w_max = 1). Metrics: ppo_clip's plus
+    token_weight_mean / token_weight_min over valid tokens.
+    """
+    if token_stats is None:
+        token_stats = steer_token_weights(logp, old_logp, advantages, mask, entropy, weight_min=weight_min,
+                                          weight_max=weight_max, mapping=mapping)
+    weights = jax.lax.stop_gradient(token_stats)
     adv = _token_advantages(advantages)
     log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
-    token_loss, metrics = _ppo_token_loss(adv, log_ratio, mask, low, high, dual_clip)
-    return _reduce(token_loss, mask, agg_mode, agg_weights, is_weights), metrics
+    token_loss, metrics = _ppo_token_loss(adv, log_ratio, mask, clip_low, clip_high, dual_clip)
+    metrics["token_weight_mean"] = masked_mean(weights, mask)
+    metrics["token_weight_min"] = _masked_min(weights, mask)
+    return _reduce(token_loss * weights, mask, agg_mode, agg_weights, is_weights), metrics

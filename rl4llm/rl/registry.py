@@ -22,6 +22,7 @@ Advantages — the trainer calls::
     token, verl's convention; pass them to include e.g. a KL-in-reward penalty),
     values[N, T] critic values, baseline_scores[N] (ReMax greedy reward), reward_components[N, K]
     (GDPO multi-reward), seq_metric[N] (CANON split metric).
+    `bnpo` with reward_components is BNPO's per-component decomposition.
     Returns advantages [N] or [N, T] (losses broadcast [N] over tokens). Estimators in
     `RETURNS_VALUE_TARGETS` (critic methods: "gae") return `(advantages[N, T], returns[N, T])`.
 
@@ -40,6 +41,13 @@ Policy losses — the trainer calls::
     entropy-aware losses), proxy_logp[N, T] (Lp-Reg), target_advantages (gbpo: from
     `advantages.gbpo_targets(scores, group_ids, num_groups=G)`). A loss that declares an extra input
     the trainer does not pass fails with a TypeError naming it.
+
+Whole-minibatch token statistics — losses in `TOKEN_STATISTICS` select or weight tokens by statistics of
+the batch (covariance ranks, quantiles, max/min, entropy scores). `get_token_statistics(name)` takes the
+same inputs and hyper-parameters as the loss adapter (the loss's defaults fill the unset ones) and
+returns the per-token `token_stats[N, T]`; computed on the whole minibatch (with the current policy's
+log-probs / entropies) and passed to each micro-batch's loss call as `token_stats=` (sliced), it makes
+the loss and its gradient independent of the micro-batching (see the learner).
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl import advantages, losses
+from rl4llm.rl import advantages, entropy, losses
 
 ADVANTAGES: dict[str, Callable[..., Any]] = {
     "grpo": advantages.grpo,
@@ -69,6 +77,7 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "canon": advantages.canon,
     "canon_length": advantages.canon_length,
     "grpo_passk": advantages.grpo_passk,
+    "hapo": advantages.hapo,
     "gae": advantages.gae,
     "gbpo": advantages.grpo,  # GBPO's weights are GRPO advantages; its loss also needs `gbpo_targets`
 }
@@ -89,6 +98,17 @@ POLICY_LOSSES: dict[str, Callable[..., Any]] = {
     "kimi": losses.kimi,
     "lp_reg": losses.lp_reg,
     "hapo": losses.hapo,
+    "steer": losses.steer,
+}
+
+# Per-token statistics of the whole minibatch that a loss's token selection / weighting depends on
+# (the loss's `token_stats` input): name -> function of standard inputs and the loss's hyper-parameters.
+TOKEN_STATISTICS: dict[str, Callable[..., Any]] = {
+    "clip_cov": losses.clip_cov_selection,
+    "kl_cov": losses.kl_cov_selection,
+    "lp_reg": losses.lp_reg_selection,
+    "hapo": entropy.normalized_entropy_scores,
+    "steer": entropy.steer_token_weights,
 }
 
 RETURNS_VALUE_TARGETS: frozenset[str] = frozenset({"gae"})
@@ -108,7 +128,7 @@ ADVANTAGE_INPUTS = (
 )
 LOSS_INPUTS = (
     "logp", "old_logp", "advantages", "mask", "agg_mode", "agg_weights", "is_weights",
-    "key", "entropy", "proxy_logp", "target_advantages",
+    "key", "entropy", "proxy_logp", "target_advantages", "token_stats",
 )
 
 
@@ -156,6 +176,26 @@ def get_policy_loss(name: str) -> Callable[..., Any]:
         inputs = dict(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, agg_mode=agg_mode,
                       agg_weights=agg_weights, is_weights=is_weights)
         return _forward(fn, LOSS_INPUTS, {**inputs, **kwargs})
+
+    return call
+
+
+def get_token_statistics(loss_name: str) -> Callable[..., Any]:
+    """The adapter computing loss `loss_name`'s `token_stats[N, T]` (a `TOKEN_STATISTICS` entry).
+
+    Call it like the loss adapter (standard inputs by name plus the config's hyper-parameters); the
+    loss's own defaults fill the hyper-parameters that are not given, and the statistics function gets
+    only the inputs and hyper-parameters it declares. The result carries no gradient.
+    """
+    _lookup(POLICY_LOSSES, loss_name, "policy loss")
+    fn = _lookup(TOKEN_STATISTICS, loss_name, "loss with whole-minibatch token statistics")
+    loss_params = inspect.signature(POLICY_LOSSES[loss_name]).parameters
+    defaults = {k: p.default for k, p in loss_params.items() if p.default is not inspect.Parameter.empty}
+    params = inspect.signature(fn).parameters
+
+    def call(**kwargs):
+        merged = {**defaults, **kwargs}
+        return jax.lax.stop_gradient(fn(**{k: v for k, v in merged.items() if k in params}))
 
     return call
 

@@ -130,14 +130,14 @@ def test_normalized_entropy_scores_range_and_pivot():
     assert s[1, 4] == 0.0  # masked
 
 
-def test_hapo_reduces_to_ppo_clip_with_alpha_zero():
+def test_hapo_reduces_to_ppo_clip_with_alpha_and_beta_zero():
     k = jax.random.split(jax.random.PRNGKey(4), 4)
     old = -jax.random.uniform(k[0], (3, 6), minval=0.1, maxval=2.0)
     lp = old + 0.5 * jax.random.normal(k[1], (3, 6))
     a = jax.random.normal(k[2], (3,))
     h = jax.random.uniform(k[3], (3, 6))
     m = jnp.ones((3, 6))
-    np.testing.assert_allclose(losses.hapo(lp, old, a, m, h, alpha=0.0)[0],
+    np.testing.assert_allclose(losses.hapo(lp, old, a, m, h, alpha=0.0, beta=0.0)[0],
                                losses.ppo_clip(lp, old, a, m, dual_clip=10.0)[0], rtol=1e-6)
     # with α > 0 the high-entropy token with ρ = 1.25 and A > 0 is no longer clipped at 1.2
     lp2 = jnp.log(jnp.array([[1.25, 1.25]]))

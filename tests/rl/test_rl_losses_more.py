@@ -200,29 +200,36 @@ def _batch(seed, n=6, t=5):
     return logp, old, a, mask, extras
 
 
-# Losses whose token selection uses statistics (cov, quantiles) of the batch they are given; under
-# micro-batching those are per micro-batch, as in verl, so only the full-batch weights path is checked.
-_BATCH_STATISTICS = {"clip_cov", "kl_cov", "lp_reg", "hapo"}
+# Hyper-parameters under which the token-selecting losses select several tokens of the 30.
+_SELECTIVE = {
+    "clip_cov": dict(clip_cov_ratio=0.2, clip_cov_lb=-1e9, clip_cov_ub=1e9),
+    "kl_cov": dict(kl_cov_ratio=0.2, ppo_kl_coef=1.0),
+    "lp_reg": dict(rho_neg=0.3),
+}
 
 
 @pytest.mark.parametrize("name", distinct_names(registry.POLICY_LOSSES))
 def test_every_loss_is_invariant_to_micro_batching(name):
+    """Σ over micro-batches of the loss (whole-batch aggregation weights, and for token-selecting losses
+    the whole-batch `token_stats`, sliced) equals the full-batch loss; gradients too."""
     logp, old, a, mask, extras = _batch(3)
     mode = registry.agg_mode_for(name, "token-mean")
     fn = registry.get_policy_loss(name)
+    kwargs = _SELECTIVE.get(name, {})
 
     @jax.jit
     def value_and_grad(lp, o, ad, m, e, w):
-        return jax.value_and_grad(lambda x: fn(x, o, ad, m, agg_mode=mode, agg_weights=w, **e)[0])(lp)
+        return jax.value_and_grad(lambda x: fn(x, o, ad, m, agg_mode=mode, agg_weights=w, **e, **kwargs)[0])(lp)
 
     w = agg.aggregation_weights(mask, mode)
     full, full_grad = value_and_grad(logp, old, a, mask, extras, w)
-    plain = jax.jit(lambda *args: fn(*args[:4], agg_mode=mode, **args[4])[0])(logp, old, a, mask, extras)
+    plain = jax.jit(lambda *args: fn(*args[:4], agg_mode=mode, **args[4], **kwargs)[0])(logp, old, a, mask, extras)
     np.testing.assert_allclose(full, plain, rtol=1e-5, atol=1e-6)
-    if name in _BATCH_STATISTICS:
-        return
+    if name in registry.TOKEN_STATISTICS:
+        extras["token_stats"] = registry.get_token_statistics(name)(
+            logp=logp, old_logp=old, advantages=a, mask=mask, **extras, **kwargs)
     total, grads = 0.0, []
-    for sl in (slice(0, 3), slice(3, 6)):
+    for sl in (slice(0, 1), slice(1, 6)):
         ex = {k: (v if k == "key" else v[sl]) for k, v in extras.items()}
         val, g = value_and_grad(logp[sl], old[sl], a[sl], mask[sl], ex, w[sl])
         total += val
