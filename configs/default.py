@@ -11,6 +11,8 @@ Every other recipe in configs/ starts from this one and changes only what differ
 
 import ml_collections
 
+from rl4llm.data import tasks
+from rl4llm.rewards import length as length_lib
 from rl4llm.rl import registry
 from rl4llm.train import config_validation
 
@@ -29,6 +31,20 @@ def get_config() -> ml_collections.ConfigDict:
     c.task.operators = "+-"
     c.task.test_fraction = 0.1
     c.task.reward = "exact_answer"  # rl4llm.rewards.REWARDS
+    # Other tasks (--config.task.name=countdown|sorting|modular|local, rl4llm.data.tasks) read their section.
+    for name in tasks.SECTIONS:
+        c.task[name] = ml_collections.ConfigDict(tasks.section_defaults(name))
+    # Reward pipeline (rl4llm.rewards.pipeline): extra weighted components "name:weight,...", added always ("sum")
+    # or only to correct answers ("if_correct"); length shaping by name; TTRL majority-vote pseudo-labels.
+    c.task.extra_rewards = ""
+    c.task.extra_rewards_mode = "sum"
+    c.task.length_shaping = "none"  # rl4llm.rewards.length.LENGTH_SHAPING
+    c.task.length_shaping_kwargs = config_validation.hyperparameter_fields(
+        length_lib.LENGTH_SHAPING, length_lib.STANDARD_INPUTS
+    )
+    c.task.pseudo_labels = "none"  # "majority_vote": label-free rewards (TTRL)
+    c.task.reward_workers = 0  # > 0: score in that many processes with a hard per-call timeout (0: inline)
+    c.task.reward_timeout_s = 30.0
 
     # Decoder preset from rl4llm.models.PRESETS; vocab_size comes from the tokenizer.
     c.model = ml_collections.ConfigDict()

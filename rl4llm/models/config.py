@@ -4,6 +4,8 @@ from __future__ import annotations
 import dataclasses
 
 REMAT_MODES = ("none", "full", "dots")
+# Projections that can carry LoRA adapters (ModelConfig.lora_targets).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +61,11 @@ class ModelConfig:
             for this many queries at a time (each chunk against all its keys, so the softmax is exact),
             so [B, H, chunk, S] float32 scores exist at once instead of [B, H, L, S]; each chunk is
             recomputed in the backward pass. 0 = never chunk.
+        lora_rank: r > 0 adds LoRA adapters (Hu et al. 2021) to the projections named in `lora_targets`:
+            y = x W + (lora_alpha / r) (x A) B with A [in..., r], B [r, out...] (params `lora_a`, `lora_b`;
+            created zero by `init_params`, drawn by `rl4llm.models.lora.init_adapters`). 0 = no adapters.
+        lora_alpha: LoRA scale numerator (scale = lora_alpha / lora_rank, as in PEFT).
+        lora_targets: names from LORA_TARGETS.
     """
 
     vocab_size: int
@@ -79,6 +86,9 @@ class ModelConfig:
     param_dtype: str = "float32"
     remat: str = "full"
     attention_query_chunk: int = 128
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_targets: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.remat not in REMAT_MODES:
@@ -86,6 +96,12 @@ class ModelConfig:
         if self.attention_query_chunk < 0:
             raise ValueError(f"ModelConfig.attention_query_chunk must be >= 0 (0 = no chunking), got "
                              f"{self.attention_query_chunk}.")
+        if (self.lora_rank < 0 or not isinstance(self.lora_targets, tuple)
+                or set(self.lora_targets) - set(LORA_TARGETS)):
+            raise ValueError(f"ModelConfig.lora_rank must be >= 0 and lora_targets a tuple of names from "
+                             f"{LORA_TARGETS}, got lora_rank={self.lora_rank}, lora_targets={self.lora_targets!r}.")
+        if self.lora_rank and not self.lora_targets:
+            raise ValueError(f"ModelConfig.lora_rank={self.lora_rank} needs lora_targets (names from {LORA_TARGETS}).")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
                      "head_dim", "intermediate_size"):
             if getattr(self, name) < 1:

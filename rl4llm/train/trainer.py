@@ -51,26 +51,20 @@ RL_DATA_OFFSET = 1 << 20
 class Setup:
     """What both stages share, built once from the config."""
 
-    task_cfg: arithmetic.ArithmeticConfig
+    task: tasks_lib.Task
     tokenizer: sentencepiece_tokenizer.Tokenizer
     model_cfg: models.ModelConfig
     rollout_cfg: sampling.SamplingConfig
     eval_examples: tuple
     eval_spec: evaluate_lib.EvalSpec
-    score_fn: Callable[[str, str], float]  # reward of (completion text, reference answer)
+    score_fn: Callable[[str, str], float]  # main reward of (completion text, reference answer): evaluation
+    rewards: pipeline_lib.RewardPipeline  # a step's batch rewards (pool, extra components, shaping, pseudo-labels)
 
 
 def build_setup(config, workdir: str) -> Setup:
     """Task, tokenizer (trained once and cached in the workdir), model config, sampler configs."""
-    task_cfg = arithmetic.ArithmeticConfig(
-        min_operands=config.task.min_operands,
-        max_operands=config.task.max_operands,
-        max_value=config.task.max_value,
-        operators=config.task.operators,
-        test_fraction=config.task.test_fraction,
-        seed=config.seed,
-    )
-    tokenizer = sentencepiece_tokenizer.get_or_train_task_tokenizer(workdir, task_cfg)
+    task = tasks_lib.build(config.task, config.seed)
+    tokenizer = task_tokenizer(workdir, task)
     model_cfg = models.get_config(config.model.preset, vocab_size=tokenizer.vocab_size)
     rollout_cfg = sampling.SamplingConfig(
         max_new_tokens=config.sampling.max_new_tokens,
@@ -88,9 +82,46 @@ def build_setup(config, workdir: str) -> Setup:
         prompt_bucket=config.sampling.prompt_bucket,
         batch_size=config.rl.num_prompts * config.rl.num_generations,
     )
-    eval_examples = tuple(arithmetic.test_examples(task_cfg, config.eval.num_examples))
-    score_fn = rewards.get_reward(config.task.reward)
-    return Setup(task_cfg, tokenizer, model_cfg, rollout_cfg, eval_examples, eval_spec, score_fn)
+    eval_examples = tuple(task.source.test_examples(config.eval.num_examples))
+    reward_pipeline = pipeline_lib.RewardPipeline(reward_spec(config))
+    return Setup(
+        task, tokenizer, model_cfg, rollout_cfg, eval_examples, eval_spec, reward_pipeline.score_one, reward_pipeline
+    )
+
+
+# Training lines of the char tokenizer of a non-arithmetic task.
+_TOKENIZER_CORPUS_LINES = 2000
+
+
+def task_tokenizer(workdir: str, task: tasks_lib.Task) -> sentencepiece_tokenizer.Tokenizer:
+    """The task's char tokenizer, cached in the workdir. Arithmetic: `<workdir>/tokenizer/arith.model`
+    (`sentencepiece_tokenizer.get_or_train_task_tokenizer`); any other task: `<workdir>/tokenizer/<task>.model`,
+    trained on `task.source.corpus(...)`, whose first line holds every character the task uses."""
+    if task.name == "arithmetic":
+        return sentencepiece_tokenizer.get_or_train_task_tokenizer(workdir, task.source.what)
+    path = os.path.join(workdir, "tokenizer", f"{task.name}.model")
+    if not os.path.exists(path):
+        sentencepiece_tokenizer.train_tokenizer(task.source.corpus(_TOKENIZER_CORPUS_LINES), path[: -len(".model")])
+    tokenizer = sentencepiece_tokenizer.Tokenizer.load(path)
+    missing = tokenizer.unknown_chars(task.source.corpus(0)[0])
+    if missing:
+        raise ValueError(f"cached tokenizer {path} maps {sorted(missing)} to unk; delete it or use a fresh workdir.")
+    return tokenizer
+
+
+def reward_spec(config) -> pipeline_lib.RewardSpec:
+    """The reward pipeline of `config.task` (validated fields)."""
+    task = config.task
+    return pipeline_lib.RewardSpec(
+        reward=task.reward,
+        extra_weights=tuple(combine_lib.parse_weights(task.extra_rewards).items()),
+        extra_mode=task.extra_rewards_mode,
+        length_shaping=task.length_shaping,
+        length_kwargs=tuple(sorted(config_validation.set_kwargs(task.length_shaping_kwargs).items())),
+        pseudo_labels=task.pseudo_labels,
+        num_workers=task.reward_workers,
+        timeout_s=task.reward_timeout_s,
+    )
 
 
 def _evaluate(setup: Setup, params, key) -> dict:
@@ -108,7 +139,7 @@ def _should(every: int, step: int, last: int) -> bool:
 
 def sft_batch(config, setup: Setup, step: int):
     """Tokens [N, P+T], attention mask [N, P+T] and completion mask [N, T] of SFT step `step`."""
-    examples = arithmetic.train_examples(setup.task_cfg, step, config.sft.batch_size)
+    examples = setup.task.source.train_examples(step, config.sft.batch_size)
     prompt_tokens, prompt_mask = batches.encode_prompts(
         setup.tokenizer, [e.prompt for e in examples], config.sampling.prompt_bucket
     )
@@ -198,21 +229,26 @@ def _advantages(scores, group_ids, mask, *, name: str, num_groups: int, kwargs: 
 
 def _step_prompts(config, setup: Setup, step: int):
     """The RL step's examples and their left-padded prompt tokens / mask [B, P] (a pure function of step)."""
-    examples = arithmetic.train_examples(setup.task_cfg, RL_DATA_OFFSET + step, config.rl.num_prompts)
+    examples = setup.task.source.train_examples(RL_DATA_OFFSET + step, config.rl.num_prompts)
     prompt_tokens, prompt_mask = batches.encode_prompts(
         setup.tokenizer, [e.prompt for e in examples], config.sampling.prompt_bucket
     )
     return examples, prompt_tokens, prompt_mask
 
 
-def _score(setup: Setup, rollout, answers) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Host rewards [N] of a rollout (one device->host transfer), its completion mask [N, T] and finished [N]."""
+def _score(config, setup: Setup, rollout, answers, group_ids: np.ndarray):
+    """Host rewards of a rollout (one device->host transfer; the batch scored in one pipeline call).
+
+    Returns (rewards [N], main reward [N], completion mask [N, T], finished [N], reward metrics).
+    """
     completion_tokens, completion_mask, finished = jax.device_get(
         (rollout.completion_tokens, rollout.completion_mask, rollout.finished)
     )
     texts = batches.decode_completions(setup.tokenizer, completion_tokens, completion_mask)
-    scores = np.asarray([setup.score_fn(t, a) for t, a in zip(texts, answers)], np.float32)
-    return scores, completion_mask, finished
+    scores, main, metrics = setup.rewards.score(
+        texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens
+    )
+    return scores, main, completion_mask, finished, metrics
 
 
 def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.ndarray:
@@ -222,7 +258,7 @@ def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.n
     """
     examples, prompt_tokens, prompt_mask = _step_prompts(config, setup, step)
     rollout = sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, setup.eval_spec.greedy)
-    scores, _, _ = _score(setup, rollout, [e.answer for e in examples])
+    scores = _score(config, setup, rollout, [e.answer for e in examples], np.arange(len(examples)))[0]
     return np.repeat(scores, config.rl.num_generations)
 
 
@@ -237,11 +273,13 @@ def rollout_and_score(config, setup: Setup, params, step: int, key):
     prompt_mask = np.repeat(prompt_mask, rl.num_generations, axis=0)
     rollout = sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg)
     answers = [e.answer for e in examples for _ in range(rl.num_generations)]
-    scores, completion_mask, finished = _score(setup, rollout, answers)
-    grouped = scores.reshape(rl.num_prompts, rl.num_generations)
+    group_ids = np.repeat(np.arange(rl.num_prompts), rl.num_generations)
+    scores, main, completion_mask, finished, reward_metrics = _score(config, setup, rollout, answers, group_ids)
+    grouped = main.reshape(rl.num_prompts, rl.num_generations)  # solved = the main (correctness) reward
     host_metrics = {
         "reward": scores.mean(),
         "reward_std": scores.std(),
+        **reward_metrics,
         "response_length": completion_mask.sum(-1).mean(),
         "truncated_frac": 1.0 - finished.mean(),
         "solve_none_frac": np.mean(grouped.max(-1) == 0),
@@ -515,8 +553,13 @@ def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
         f"model {config.model.preset}: {num_params / 1e6:.2f}M params, {setup.model_cfg}; " f"devices: {jax.devices()}",
         flush=True,
     )
-    sft_params, sft_eval = run_sft(config, setup, key, writer, workdir)
-    _, rl_eval, rl_steps = run_rl(config, setup, sft_params, key, writer, workdir, stop_after_step=stop_after_rl_step)
+    try:
+        sft_params, sft_eval = run_sft(config, setup, key, writer, workdir)
+        _, rl_eval, rl_steps = run_rl(
+            config, setup, sft_params, key, writer, workdir, stop_after_step=stop_after_rl_step
+        )
+    finally:
+        setup.rewards.close()  # the scoring worker processes
     writer.close()
     rl_eval = rl_eval or sft_eval
     summary = {
