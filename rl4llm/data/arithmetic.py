@@ -12,7 +12,7 @@ so the model never has to look further back than the previous step. Negative run
 with a leading ``-`` (``"5-9=-4;-4+3=-1;#-1"``); operands themselves are never negative.
 
 Train / test split: a prompt is held out iff ``sha256(prompt)`` maps below ``test_fraction``
-(:func:`is_test_problem`). The split depends only on the prompt text and ``test_fraction`` (not on the
+(:func:`is_test_problem`, the shared rule of ``rl4llm.data.procedural``). The split depends only on the prompt text and ``test_fraction`` (not on the
 seed or on any other config field), so the held-out problems are never produced by :func:`train_examples`
 for any seed or step, and raising ``test_fraction`` only adds problems to the held-out set.
 
@@ -23,10 +23,12 @@ step can be regenerated without replaying earlier ones and the data-iterator sta
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
+
+from rl4llm.data import procedural
+from rl4llm.data.procedural import Example
 
 SUPPORTED_OPERATORS = "+-*"
 # Every character any arithmetic config can emit (prompt, solution, answer). The tokenizer is trained on all
@@ -37,10 +39,6 @@ ALPHABET = "0123456789+-*=;#"
 _TRAIN_STREAM = 0x7A1
 _TEST_STREAM = 0x7E5
 _CORPUS_STREAM = 0xC08
-# Problems are drawn in fixed-size chunks, so a smaller request is a prefix of a larger one.
-_CHUNK = 256
-# Rejection sampling gives up (with a clear error) after this many draws per requested example.
-_MAX_DRAWS_PER_EXAMPLE = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,16 +76,6 @@ class ArithmeticConfig:
             raise ValueError(f"ArithmeticConfig.seed={self.seed}: must be >= 0.")
 
 
-@dataclasses.dataclass(frozen=True)
-class Example:
-    """One problem: ``prompt`` is fed to the model, ``solution`` is the reference completion (no EOS),
-    ``answer`` the canonical final integer as a string."""
-
-    prompt: str
-    solution: str
-    answer: str
-
-
 def _apply(lhs: int, op: str, rhs: int) -> int:
     """One binary operation."""
     if op == "+":
@@ -120,8 +108,7 @@ def render_problem(operands: Sequence[int], ops: Sequence[str]) -> Example:
 def is_test_problem(prompt: str, cfg: ArithmeticConfig) -> bool:
     """True iff ``prompt`` belongs to the held-out split: the first 8 bytes of sha256(prompt), read as a
     fraction of 2**64, fall below ``cfg.test_fraction``. Depends on nothing else (not the seed)."""
-    digest = hashlib.sha256(prompt.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") < cfg.test_fraction * 2**64
+    return procedural.is_held_out(prompt, cfg.test_fraction)
 
 
 def problem_space_size(cfg: ArithmeticConfig) -> int:
@@ -141,54 +128,33 @@ def _draw(rng: np.random.Generator, cfg: ArithmeticConfig, k: int) -> list[Examp
     ]
 
 
-def _sample(rng: np.random.Generator, cfg: ArithmeticConfig, n: int, *, test: bool, distinct: bool) -> list[Example]:
-    """Rejection-samples ``n`` problems whose split is ``test``; raises if the split is (nearly) empty."""
-    out: list[Example] = []
-    seen: set[str] = set()
-    draws = 0
-    while len(out) < n:
-        if draws > _MAX_DRAWS_PER_EXAMPLE * max(n, 10):
-            split = "held-out" if test else "train"
-            raise ValueError(
-                f"found only {len(out)} of {n} {'distinct ' if distinct else ''}{split} problems after {draws} "
-                f"draws for {cfg}: the {split} split is too small; enlarge max_value/max_operands, adjust "
-                f"test_fraction, or ask for fewer examples."
-            )
-        batch = _draw(rng, cfg, _CHUNK)
-        draws += len(batch)
-        for ex in batch:
-            if is_test_problem(ex.prompt, cfg) != test or (distinct and ex.prompt in seen):
-                continue
-            seen.add(ex.prompt)
-            out.append(ex)
-            if len(out) == n:
-                break
-    return out
+def source(cfg: ArithmeticConfig) -> procedural.ProblemSource:
+    """Train / held-out / corpus streams of the task (``rl4llm.data.procedural.ProblemSource``)."""
+    return procedural.ProblemSource(
+        draw=lambda rng, k: _draw(rng, cfg, k),
+        streams=(_TRAIN_STREAM, _TEST_STREAM, _CORPUS_STREAM),
+        test_fraction=cfg.test_fraction,
+        seed=cfg.seed,
+        alphabet=ALPHABET,
+        what=cfg,
+        hint="enlarge max_value/max_operands",
+    )
 
 
 def train_examples(cfg: ArithmeticConfig, step: int, batch_size: int) -> list[Example]:
     """The ``batch_size`` training problems of ``step``: a pure function of (cfg, step, batch_size), never a
     held-out problem. Problems may repeat within and across steps; a smaller batch is a prefix of a larger one."""
-    if step < 0:
-        raise ValueError(f"step={step}: must be >= 0.")
-    rng = np.random.default_rng([_TRAIN_STREAM, cfg.seed, step])
-    return _sample(rng, cfg, batch_size, test=False, distinct=False)
+    return source(cfg).train_examples(step, batch_size)
 
 
 def test_examples(cfg: ArithmeticConfig, n: int) -> list[Example]:
     """The fixed held-out set: ``n`` distinct problems, all with :func:`is_test_problem`. Independent of
     ``cfg.seed`` (runs with different seeds are evaluated on the same problems); ``test_examples(cfg, m)``
     is a prefix of ``test_examples(cfg, n)`` for m <= n."""
-    if cfg.test_fraction == 0.0:
-        raise ValueError("ArithmeticConfig.test_fraction=0 leaves no held-out problems; set it > 0.")
-    rng = np.random.default_rng([_TEST_STREAM])
-    return _sample(rng, cfg, n, test=True, distinct=True)
+    return source(cfg).test_examples(n)
 
 
-def corpus(cfg: ArithmeticConfig, n: int) -> Iterator[str]:
+def corpus(cfg: ArithmeticConfig, n: int) -> list[str]:
     """Tokenizer-training text: one line with every character of :data:`ALPHABET` (so the vocabulary covers
     every config, e.g. '*' even when disabled here), then ``n`` training ``prompt + solution`` lines."""
-    yield ALPHABET
-    rng = np.random.default_rng([_CORPUS_STREAM, cfg.seed])
-    for ex in _sample(rng, cfg, n, test=False, distinct=False):
-        yield ex.prompt + ex.solution
+    return source(cfg).corpus(n)

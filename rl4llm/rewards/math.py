@@ -379,6 +379,18 @@ def score(completion: str, answer: str, *, lenient: bool = True) -> float:
     return 1.0 if is_equivalent(answer, extracted, lenient=lenient) else 0.0
 
 
+def canonical_answer(completion: str, *, lenient: bool = True) -> str | None:
+    """The normalised final answer of a completion (a majority-vote key and a valid reference), or None."""
+    extracted = extract_answer(completion, lenient=lenient)
+    normalised = None if extracted is None else normalize(extracted, lenient=lenient)
+    return normalised or None
+
+
+def canonical_answer_strict(completion: str) -> str | None:
+    """:func:`canonical_answer` in strict mode."""
+    return canonical_answer(completion, lenient=False)
+
+
 def score_strict(completion: str, answer: str) -> float:
     """:func:`score` in strict mode: explicit answer markers only, exact equivalence."""
     return score(completion, answer, lenient=False)

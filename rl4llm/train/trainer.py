@@ -26,8 +26,9 @@ import numpy as np
 
 from rl4llm import models
 from rl4llm import sampling
-from rl4llm.data import arithmetic
-from rl4llm import rewards
+from rl4llm.data import tasks as tasks_lib
+from rl4llm.rewards import combine as combine_lib
+from rl4llm.rewards import pipeline as pipeline_lib
 from rl4llm.rl import advantages as advantages_lib
 from rl4llm.rl import entropy as entropy_lib
 from rl4llm.rl import kl as kl_lib
@@ -278,8 +279,8 @@ def rollout_and_score(config, setup: Setup, params, step: int, key):
     grouped = main.reshape(rl.num_prompts, rl.num_generations)  # solved = the main (correctness) reward
     host_metrics = {
         "reward": scores.mean(),
-        "reward_std": scores.std(),
         **reward_metrics,
+        "reward_std": scores.std(),
         "response_length": completion_mask.sum(-1).mean(),
         "truncated_frac": 1.0 - finished.mean(),
         "solve_none_frac": np.mean(grouped.max(-1) == 0),
