@@ -16,6 +16,10 @@ from ml_collections import config_dict
 
 from rl4llm import models
 from rl4llm import rewards
+from rl4llm.data import tasks
+from rl4llm.rewards import combine as combine_lib
+from rl4llm.rewards import length as length_lib
+from rl4llm.rewards import pipeline as pipeline_lib
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import registry
@@ -197,6 +201,44 @@ def _batch_errors(config) -> list[str]:
     return errors
 
 
+def _task_errors(config) -> list[str]:
+    """The selected non-arithmetic task's section, and the reward pipeline fields of `config.task`."""
+    errors = []
+    task = config.task
+    if task.name in tasks.SECTIONS:
+        try:
+            section = dict(task[task.name])
+            tasks.SECTIONS[task.name](**section, seed=0)
+        except (TypeError, ValueError) as e:
+            errors.append(f"config.task.{task.name}: {e}")
+        if task.name == "local" and not task.local.train_path:
+            errors.append("config.task.local.train_path='': set it to a local JSONL/JSON/Parquet file or TFDS dir")
+    try:
+        weights = combine_lib.parse_weights(task.extra_rewards)
+        for name in weights:
+            if name not in rewards.REWARDS:
+                known = ", ".join(sorted(rewards.REWARDS))
+                errors.append(f"config.task.extra_rewards: unknown reward {name!r}; known: {known}")
+    except ValueError as e:
+        errors.append(f"config.task.extra_rewards={task.extra_rewards!r}: {e}")
+    _check_choice(errors, config, "task.extra_rewards_mode", combine_lib.COMBINE_MODES)
+    _check_choice(errors, config, "task.length_shaping", {"none", *length_lib.LENGTH_SHAPING})
+    if task.length_shaping in length_lib.LENGTH_SHAPING:
+        fn = length_lib.LENGTH_SHAPING[task.length_shaping]
+        _check_kwargs(
+            errors, "task.length_shaping_kwargs", fn, set_kwargs(task.length_shaping_kwargs), length_lib.STANDARD_INPUTS
+        )
+    _check_choice(errors, config, "task.pseudo_labels", pipeline_lib.PSEUDO_LABELS)
+    if task.pseudo_labels == "majority_vote" and task.reward not in rewards.EXTRACTORS:
+        errors.append(
+            f"config.task.pseudo_labels='majority_vote': reward {task.reward!r} has no answer extractor; "
+            f"use one of {', '.join(sorted(rewards.EXTRACTORS))}"
+        )
+    _check_positive_int(errors, config, "task.reward_workers", minimum=0)
+    _check_range(errors, config, "task.reward_timeout_s", 0.0, 1e6, low_open=True)
+    return errors
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ConfigError listing every invalid field of `config`."""
     errors = []
@@ -217,6 +259,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
         errors.append(f"config.task.operators={task.operators!r}: must be a non-empty subset of '+-*'")
     _check_range(errors, config, "task.test_fraction", 0.0, 0.5, low_open=True)
     _check_choice(errors, config, "task.reward", rewards.REWARDS)
+    errors += _task_errors(config)
     _check_choice(errors, config, "model.preset", models.PRESETS)
 
     _check_range(errors, config, "sampling.temperature", 0.0, 100.0, low_open=True)
@@ -240,43 +283,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
     errors += _method_errors(config)
     errors += _control_errors(config)
 
-def _task_errors(config) -> list[str]:
-    """The selected non-arithmetic task's section, and the reward pipeline fields of `config.task`."""
-    errors = []
-    task = config.task
-    if task.name in tasks.SECTIONS:
-        try:
-            section = dict(task[task.name])
-            tasks.SECTIONS[task.name](**section, seed=0)
-        except (TypeError, ValueError) as e:
-            errors.append(f"config.task.{task.name}: {e}")
-        if task.name == "local" and not task.local.train_path:
-            errors.append("config.task.local.train_path='': set it to a local JSONL/JSON/Parquet file or TFDS dir")
-    try:
-        weights = combine_lib.parse_weights(task.extra_rewards)
-        for name in weights:
-            if name not in rewards.REWARDS:
-                errors.append(f"config.task.extra_rewards: unknown reward {name!r}; known: {', '.join(sorted(rewards.REWARDS))}")
-    except ValueError as e:
-        errors.append(f"config.task.extra_rewards={task.extra_rewards!r}: {e}")
-    _check_choice(errors, config, "task.extra_rewards_mode", combine_lib.COMBINE_MODES)
-    _check_choice(errors, config, "task.length_shaping", {"none", *length_lib.LENGTH_SHAPING})
-    if task.length_shaping in length_lib.LENGTH_SHAPING:
-        fn = length_lib.LENGTH_SHAPING[task.length_shaping]
-        _check_kwargs(
-            errors, "task.length_shaping_kwargs", fn, set_kwargs(task.length_shaping_kwargs), length_lib.STANDARD_INPUTS
-        )
-    _check_choice(errors, config, "task.pseudo_labels", pipeline_lib.PSEUDO_LABELS)
-    if task.pseudo_labels == "majority_vote" and task.reward not in rewards.EXTRACTORS:
-        errors.append(
-            f"config.task.pseudo_labels='majority_vote': reward {task.reward!r} has no answer extractor; "
-            f"use one of {', '.join(sorted(rewards.EXTRACTORS))}"
-        )
-    _check_positive_int(errors, config, "task.reward_workers", minimum=0)
-    _check_range(errors, config, "task.reward_timeout_s", 0.0, 1e6, low_open=True)
-    return errors
-
-
     _check_positive_int(errors, config, "eval.num_examples")
     _check_positive_int(errors, config, "eval.every")
     _check_positive_int(errors, config, "eval.pass_n")
@@ -291,4 +297,3 @@ def _task_errors(config) -> list[str]:
     _check_positive_int(errors, config, "checkpoint.max_to_keep")
     if errors:
         raise ConfigError("Invalid config:\n  " + "\n  ".join(errors))
-    errors += _task_errors(config)

@@ -278,8 +278,8 @@ def rollout_and_score(config, setup: Setup, params, step: int, key):
     scores, main, completion_mask, finished, reward_metrics = _score(config, setup, rollout, answers, group_ids)
     grouped = main.reshape(rl.num_prompts, rl.num_generations)  # solved = the main (correctness) reward
     host_metrics = {
-        "reward": scores.mean(),
         **reward_metrics,
+        "reward": scores.mean(),
         "reward_std": scores.std(),
         "response_length": completion_mask.sum(-1).mean(),
         "truncated_frac": 1.0 - finished.mean(),
