@@ -86,3 +86,33 @@ def test_bad_lora_config_is_rejected():
         dataclasses.replace(BASE_CFG, lora_rank=4, lora_targets=("qkv",))
     with pytest.raises(ValueError, match="needs lora_targets"):
         dataclasses.replace(BASE_CFG, lora_rank=4)
+
+
+def test_learner_trains_only_the_adapters_with_the_base_as_kl_reference(base):
+    """Three GRPO-style learner updates with KL to the base: the base stays bitwise, every adapter moves, the
+    optimizer holds state for the adapters only, and the KL (0 while B = 0) grows once the adapters moved."""
+    params = jax.tree.map(jnp.copy, lora.add_adapters(CFG, base, jax.random.key(1)))  # the step donates its state
+    old_adapters = jax.device_get(lora.split(params)[1])
+    optimizer = optax.adam(1e-2)
+    state = learner_lib.TrainState(
+        params=params, opt_state=optimizer.init(lora.trainable(params)), ref_params=None,
+        key=jax.random.key_data(jax.random.key(0)))
+    n_adapter = sum(x.size for x in jax.tree.leaves(old_adapters))
+    assert sum(x.size for x in jax.tree.leaves(state.opt_state)) == 2 * n_adapter + 1  # Adam mu, nu, count
+    lcfg = learner_lib.LearnerConfig(
+        loss="ppo_clip", loss_kwargs=(), agg_mode="token-mean", kl_coef=0.1, kl_kind="k3", entropy_coef=0.0,
+        temperature=1.0, micro_batch_size=0, logprob_chunk_size=4, use_old_logp=False)
+    completion = jnp.ones((2, 4), jnp.float32)
+    batch = learner_lib.LearnerBatch(
+        tokens=TOKENS, attention_mask=MASK, completion_mask=completion,
+        advantages=jnp.asarray([[1.0] * 4, [-1.0] * 4]), old_logp=jnp.zeros((2, 4)), sampler_logp=jnp.zeros((2, 4)))
+    step = learner_lib.make_learner_step(CFG, lcfg, optimizer)
+    kls = []
+    for i in range(3):
+        state, metrics = step(state, batch, jax.random.key(i))
+        kls.append(float(metrics["kl"]))
+    new_base, new_adapters = lora.split(state.params)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), base, new_base)
+    changed = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))), old_adapters, new_adapters)
+    assert all(jax.tree.leaves(changed)), changed
+    assert kls[0] == 0.0 and kls[2] > 0.0

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rl4llm.models import lora
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import losses as losses_lib
@@ -31,8 +32,8 @@ from rl4llm.train import logprobs as logprobs_lib
 class TrainState(flax.struct.PyTreeNode):
     """Everything the learner carries between RL steps (and everything a checkpoint holds)."""
 
-    params: Any
-    opt_state: Any
+    params: Any  # with LoRA adapters (config.model.lora.rank > 0) only lora.trainable(params) is trained
+    opt_state: Any  # optimizer state of lora.trainable(params)
     ref_params: Any  # frozen reference policy for KL (the warm-start params); None when KL is off
     key: jax.Array  # uint32 key data; the draws of RL step s come from fold_in(key, s)
     # Adaptive coefficients (float32 scalars) when the run adapts them (config.rl.kl_target /
@@ -139,6 +140,12 @@ def coefficients(cfg: LearnerConfig, state: TrainState) -> tuple:
     return kl_coef, entropy_coef
 
 
+def reference_params(state: TrainState):
+    """Params of the KL reference policy: for LoRA params (`lora.has_adapters`), the same params with the
+    adapters off (the frozen base, no second copy); otherwise `state.ref_params`."""
+    return lora.adapters_off(state.params) if lora.has_adapters(state.params) else state.ref_params
+
+
 def policy_is_weights(cfg: LearnerConfig, old_logp, mb: LearnerBatch):
     """Per-token weights [N, T] of the policy loss (or None): batch token weights × truncated IS weights.
 
@@ -239,14 +246,20 @@ def learner_step(
 
     `key` feeds losses that draw random numbers (clip_cov); micro-batch i uses fold_in(key, i).
     """
-    grad_fn = jax.value_and_grad(functools.partial(_microbatch_loss, model_cfg, cfg), has_aux=True)
+    # What is differentiated and updated: `lora.trainable(params)`, the adapters alone for LoRA params (the
+    # frozen base gets no gradient and no optimizer state), else all params.
+    trainable = lora.trainable(state.params)
+    ref_params = reference_params(state)
+    grad_fn = jax.value_and_grad(
+        lambda t, *args: _microbatch_loss(model_cfg, cfg, lora.with_trainable(state.params, t), *args), has_aux=True
+    )
     coefs = coefficients(cfg, state)
 
     def accumulate(carry, xs):
         grads, sums = carry
         mb, mb_weights, index = xs
         mb_key = jax.random.fold_in(key, index)
-        (_, (mb_sums, mb_tokens)), mb_grads = grad_fn(state.params, state.ref_params, coefs, mb, mb_weights, mb_key)
+        (_, (mb_sums, mb_tokens)), mb_grads = grad_fn(trainable, ref_params, coefs, mb, mb_weights, mb_key)
         return (jax.tree.map(jnp.add, grads, mb_grads), jax.tree.map(jnp.add, sums, mb_sums)), mb_tokens
 
     # Weights of the WHOLE minibatch, sliced per micro-batch: Σ over micro-batches = full-batch aggregate.
@@ -255,13 +268,13 @@ def learner_step(
     mb, mb_weights = _split_microbatches((batch, agg_weights), cfg.micro_batch_size)
     xs = (mb, mb_weights, jnp.arange(mb_weights.shape[0]))
     first = jax.tree.map(lambda x: x[0], (mb, mb_weights))
-    sums_shape = jax.eval_shape(lambda: grad_fn(state.params, state.ref_params, coefs, *first, key)[0][1][0])
+    sums_shape = jax.eval_shape(lambda: grad_fn(trainable, ref_params, coefs, *first, key)[0][1][0])
     zeros = lambda tree: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
-    (grads, sums), (logp, entropy) = jax.lax.scan(accumulate, (zeros(state.params), zeros(sums_shape)), xs)
+    (grads, sums), (logp, entropy) = jax.lax.scan(accumulate, (zeros(trainable), zeros(sums_shape)), xs)
     unsplit = lambda x: x.reshape(batch.completion_mask.shape)  # noqa: E731
 
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
+    params = lora.with_trainable(state.params, optax.apply_updates(trainable, updates))
     tokens = jnp.maximum(sums.pop("tokens"), 1.0)
     metrics = {"loss/pg": sums.pop("pg_loss"), "grad_norm": optax.tree.norm(grads)}
     if "kl_loss" in sums:
