@@ -103,6 +103,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl.weight_decay = 0.0
     c.rl.grad_clip = 1.0
     c.rl.logprob_chunk_size = 64
+    c.rl.logprob_vocab_chunk_size = 0  # > 0: vocabulary entries per logsumexp/entropy chunk (large vocabularies)
 
     # Held-out evaluation: greedy accuracy, and pass@k from `pass_n` samples at the rollout temperature.
     c.eval = ml_collections.ConfigDict()

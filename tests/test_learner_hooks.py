@@ -267,6 +267,36 @@ def test_proxy_logp_from_the_chunked_pass_equals_the_full_logits_kernel():
     assert np.all(proxy[proxy > -100] >= logp[proxy > -100] - 1e-5)  # survivors gain mass when renormalised
 
 
+# ------------------------------------------------------------ whole-minibatch token statistics
+
+
+@pytest.mark.parametrize(
+    "loss,kwargs,vocab_chunk",
+    [
+        ("clip_cov", (("clip_cov_lb", -1e9), ("clip_cov_ratio", 0.25), ("clip_cov_ub", 1e9)), 0),
+        ("steer", (), 5),  # V = 16 in chunks of 5 (the last one overlapping) on the micro-batched side
+    ],
+)
+def test_token_selecting_losses_are_invariant_to_micro_batching(params, loss, kwargs, vocab_chunk):
+    """The selection statistics come from the whole minibatch (`minibatch_token_stats`), not per micro-batch
+    (clip_cov: random pick from the step key; steer: weights from max Ω over entropies and log-probs); the
+    kernel tests cover each token-selecting loss with sliced whole-batch statistics. Vocabulary chunks
+    leave the step unchanged too."""
+    optimizer = optax.sgd(0.1)
+    batch = _batch(old_logp=-jnp.abs(jax.random.normal(jax.random.key(5), (4, 5))) - 1.0)
+    results = []
+    for micro, vocab in ((0, 0), (2, vocab_chunk)):
+        cfg = _learner_cfg(loss=loss, loss_kwargs=kwargs, micro_batch_size=micro, use_old_logp=True,
+                           logprob_vocab_chunk_size=vocab)
+        state, metrics = _step(cfg, _state(params, optimizer), batch, optimizer)
+        results.append((state.params, metrics))
+    (whole, m_whole), (split, m_split) = results
+    assert m_whole["loss/pg"] != 0
+    for key in ("loss/pg", "entropy", "clip_frac" if loss == "clip_cov" else "token_weight_mean"):
+        np.testing.assert_allclose(m_split[key], m_whole[key], rtol=1e-5, atol=1e-7)
+    _assert_trees_close(split, whole, rtol=1e-5, atol=1e-6)
+
+
 # ------------------------------------------------------------------------------------ validation
 
 
@@ -281,6 +311,10 @@ def test_proxy_logp_from_the_chunked_pass_equals_the_full_logits_kernel():
         (dict(tis_cap=-1.0), "config.rl.tis_cap=-1.0"),
         (dict(tis_level="seq"), "config.rl.tis_level='seq': unknown"),
         (dict(entropy_target=0.3, entropy_coef=2.0), "config.rl.entropy_coef=2.0: the adaptive entropy coefficient"),
+        (dict(logprob_vocab_chunk_size=-1), "config.rl.logprob_vocab_chunk_size=-1: must be an integer >= 0"),
+        (dict(loss="hapo", loss_kwargs=dict(beta=1.5)), "config.rl.loss_kwargs.beta=1.5: must lie in [0, 1]"),
+        (dict(loss="steer", loss_kwargs=dict(mapping="cubic")), "config.rl.loss_kwargs.mapping='cubic': must be"),
+        (dict(advantage="bnpo", advantage_kwargs=dict(r_min=1.0)), "config.rl.advantage_kwargs.r_max=1.0: must be >"),
     ],
 )
 def test_control_fields_are_validated_by_name(rl, message):
@@ -290,7 +324,8 @@ def test_control_fields_are_validated_by_name(rl, message):
 
 
 @pytest.mark.parametrize(
-    "advantage,loss", [("remax", "ppo_clip"), ("gbpo", "gbpo"), ("grpo", "lp_reg"), ("rloo", "hapo")]
+    "advantage,loss",
+    [("remax", "ppo_clip"), ("gbpo", "gbpo"), ("grpo", "lp_reg"), ("rloo", "hapo"), ("hapo", "hapo"), ("bnpo", "steer")],
 )
 def test_methods_whose_inputs_the_loop_now_provides_are_accepted(advantage, loss):
     config_validation.validate(_rl_config(advantage=advantage, loss=loss))

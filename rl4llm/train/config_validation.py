@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import types
 import typing
 
+import jax
+import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_dict
 
@@ -122,6 +125,32 @@ def _check_kwargs(errors, path, fn, kwargs, standard_inputs):
             errors.append(f"config.{path}.{key}: not a hyper-parameter of this method; allowed: {', '.join(allowed)}")
 
 
+def _abstract_inputs(names) -> dict:
+    """Shape-only standard inputs (N = 4 sequences of T = 3 tokens, 2 groups) for tracing a method."""
+    n, t = 4, 3
+    arrays = {
+        "scores": (n,), "mask": (n, t), "lengths": (n,), "rewards": (n, t), "baseline_scores": (n,),
+        "logp": (n, t), "old_logp": (n, t), "advantages": (n,), "entropy": (n, t), "proxy_logp": (n, t),
+        "target_advantages": (n,),
+    }
+    inputs = {k: jax.ShapeDtypeStruct(shape, jnp.float32) for k, shape in arrays.items() if k in names}
+    if "group_ids" in names:
+        inputs["group_ids"] = jax.ShapeDtypeStruct((n,), jnp.int32)
+    return inputs
+
+
+def _check_values(errors, path, adapter, inputs, static):
+    """Traces the method (shapes only, nothing compiles) with the configured hyper-parameters; the
+    ValueError a kernel raises for an out-of-range hyper-parameter ("name=value: requirement") is
+    reported under `config.<path>`."""
+    try:
+        jax.eval_shape(lambda arrays: adapter(**arrays, **static), inputs)
+    except ValueError as e:
+        message = str(e)
+        named = re.match(r"[A-Za-z_]\w*=", message) is not None  # "name=value: ..." names the field
+        errors.append(f"config.{path}.{message}" if named else f"config.{path}: {message}")
+
+
 def _method_errors(config) -> list[str]:
     errors = []
     rl = config.rl
@@ -129,14 +158,24 @@ def _method_errors(config) -> list[str]:
     _check_choice(errors, config, "rl.loss", registry.POLICY_LOSSES)
     if rl.advantage in registry.ADVANTAGES:
         fn = _unwrap(registry.ADVANTAGES[rl.advantage])
+        before = len(errors)
         _check_kwargs(errors, "rl.advantage_kwargs", fn, set_kwargs(rl.advantage_kwargs), registry.ADVANTAGE_INPUTS)
         _check_inputs_provided(
             errors, "rl.advantage", rl.advantage, fn, registry.ADVANTAGE_INPUTS, PROVIDED_ADVANTAGE_INPUTS
         )
+        if len(errors) == before:
+            static = {"num_groups": 2, **set_kwargs(rl.advantage_kwargs)}
+            adapter = registry.get_advantage(rl.advantage)
+            _check_values(errors, "rl.advantage_kwargs", adapter, _abstract_inputs(PROVIDED_ADVANTAGE_INPUTS), static)
     if rl.loss in registry.POLICY_LOSSES:
         fn = _unwrap(registry.POLICY_LOSSES[rl.loss])
+        before = len(errors)
         _check_kwargs(errors, "rl.loss_kwargs", fn, set_kwargs(rl.loss_kwargs), registry.LOSS_INPUTS)
         _check_inputs_provided(errors, "rl.loss", rl.loss, fn, registry.LOSS_INPUTS, learner.PROVIDED_LOSS_INPUTS)
+        if len(errors) == before:
+            static = {"key": jax.random.key(0), **set_kwargs(rl.loss_kwargs)}
+            adapter = registry.get_policy_loss(rl.loss)
+            _check_values(errors, "rl.loss_kwargs", adapter, _abstract_inputs(learner.PROVIDED_LOSS_INPUTS), static)
     _check_choice(errors, config, "rl.agg_mode", aggregation.AGG_MODES)
     _check_choice(errors, config, "rl.kl_kind", kl_lib.KINDS)
     return errors
@@ -279,6 +318,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_range(errors, config, "rl.kl_coef", 0.0, 1e3)
     _check_range(errors, config, "rl.entropy_coef", -1e3, 1e3)
     _check_positive_int(errors, config, "rl.logprob_chunk_size")
+    _check_positive_int(errors, config, "rl.logprob_vocab_chunk_size", minimum=0)
     errors += _batch_errors(config)
     errors += _method_errors(config)
     errors += _control_errors(config)

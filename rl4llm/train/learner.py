@@ -72,6 +72,7 @@ class LearnerConfig:
     use_old_logp: bool  # False: one on-policy update, old = stop_gradient(current) (ratio 1)
     tis_cap: float = 0.0  # > 0: truncated IS weights against the sampler log-probs on the policy loss
     tis_level: str = "token"  # "token" | "sequence" (losses.truncated_is_weights)
+    logprob_vocab_chunk_size: int = 0  # > 0: vocabulary entries projected at once (online logsumexp); 0: all
 
 
 LR_SCHEDULES = ("constant", "cosine")
@@ -123,6 +124,7 @@ PROVIDED_LOSS_INPUTS = (
     "entropy",
     "proxy_logp",
     "target_advantages",
+    "token_stats",
 )
 # LearnerBatch fields forwarded to the policy loss when they are set.
 _OPTIONAL_LOSS_INPUTS = ("proxy_logp", "target_advantages")
@@ -176,22 +178,61 @@ def token_statistics(logp, entropy, advantages, mask) -> dict:  # [N, T] each
     return stats
 
 
-def _microbatch_loss(model_cfg, cfg: LearnerConfig, params, ref_params, coefs, mb: LearnerBatch, agg_weights, key):
-    """Loss of one micro-batch (its share of the whole-batch aggregate), summed metrics, and the
-    micro-batch's (log-probs, entropies) [m, T] without gradient."""
-    kl_coef, entropy_coef = coefs
-    completion_len = mb.completion_mask.shape[1]
-    logp_fn = functools.partial(
+def _logprob_fn(model_cfg, cfg: LearnerConfig, completion_len: int) -> Callable:
+    """(params, tokens, attention_mask) -> (logp, entropy) [m, T] of the completions, chunked as configured."""
+    return functools.partial(
         logprobs_lib.completion_logprobs,
         model_cfg,
         completion_len=completion_len,
         temperature=cfg.temperature,
         chunk_size=cfg.logprob_chunk_size,
+        vocab_chunk_size=cfg.logprob_vocab_chunk_size or None,
     )
+
+
+def minibatch_token_stats(model_cfg, cfg: LearnerConfig, params, batch: LearnerBatch, key):
+    """The configured loss's `token_stats` [N, T] on the WHOLE minibatch, or None when it needs none or
+    the minibatch is a single micro-batch (the loss then computes them over the whole minibatch itself).
+
+    Losses that select or weight tokens by batch statistics (clip_cov, kl_cov, lp_reg, hapo, steer:
+    `registry.TOKEN_STATISTICS`) would otherwise select per micro-batch, as verl does. Their statistics
+    use the current policy's log-probs and entropies, which do not change within one update, so a
+    forward-only pass over the micro-batches (no gradient, one extra forward) gives exactly what a
+    single whole-minibatch call would see; each micro-batch's loss then gets its slice.
+    """
+    num_micro = batch.completion_mask.shape[0] // (cfg.micro_batch_size or batch.completion_mask.shape[0])
+    if cfg.loss not in registry.TOKEN_STATISTICS or num_micro == 1:
+        return None
+    logp_fn = _logprob_fn(model_cfg, cfg, batch.completion_mask.shape[1])
+    inputs = _split_microbatches((batch.tokens, batch.attention_mask), cfg.micro_batch_size)
+    logp, entropy = jax.lax.map(lambda xs: logp_fn(params, *xs), inputs)  # [n_micro, m, T] each
+    logp, entropy = (x.reshape(batch.completion_mask.shape) for x in (logp, entropy))
+    return registry.get_token_statistics(cfg.loss)(
+        logp=logp,
+        old_logp=batch.old_logp if cfg.use_old_logp else logp,
+        advantages=batch.advantages,
+        mask=batch.completion_mask,
+        key=key,
+        entropy=entropy,
+        proxy_logp=batch.proxy_logp,
+        **dict(cfg.loss_kwargs),
+    )
+
+
+def _microbatch_loss(
+    model_cfg, cfg: LearnerConfig, params, ref_params, coefs, mb: LearnerBatch, agg_weights, token_stats, key
+):
+    """Loss of one micro-batch (its share of the whole-batch aggregate), summed metrics, and the
+    micro-batch's (log-probs, entropies) [m, T] without gradient. `token_stats`: the micro-batch's
+    slice of `minibatch_token_stats` (None: the loss computes its own)."""
+    kl_coef, entropy_coef = coefs
+    logp_fn = _logprob_fn(model_cfg, cfg, mb.completion_mask.shape[1])
     logp, entropy = logp_fn(params, mb.tokens, mb.attention_mask)
     old_logp = mb.old_logp if cfg.use_old_logp else jax.lax.stop_gradient(logp)
     is_weights = policy_is_weights(cfg, old_logp, mb)
     extras = {name: getattr(mb, name) for name in _OPTIONAL_LOSS_INPUTS if getattr(mb, name) is not None}
+    if token_stats is not None:
+        extras["token_stats"] = token_stats
     policy_loss = registry.get_policy_loss(cfg.loss)
     loss, loss_metrics = policy_loss(
         logp,
@@ -244,7 +285,9 @@ def learner_step(
 ) -> tuple[TrainState, dict]:
     """One optimizer update on `batch` (gradients accumulated over micro-batches).
 
-    `key` feeds losses that draw random numbers (clip_cov); micro-batch i uses fold_in(key, i).
+    `key` feeds losses that draw random numbers (clip_cov: one draw per token of the whole minibatch).
+    Aggregation weights and token statistics (`minibatch_token_stats`) are those of the whole
+    minibatch, sliced per micro-batch, so the update does not depend on the micro-batch size.
     """
     # What is differentiated and updated: `lora.trainable(params)`, the adapters alone for LoRA params (the
     # frozen base gets no gradient and no optimizer state), else all params.
@@ -257,17 +300,17 @@ def learner_step(
 
     def accumulate(carry, xs):
         grads, sums = carry
-        mb, mb_weights, index = xs
-        mb_key = jax.random.fold_in(key, index)
-        (_, (mb_sums, mb_tokens)), mb_grads = grad_fn(trainable, ref_params, coefs, mb, mb_weights, mb_key)
+        mb, mb_weights, mb_stats = xs
+        (_, (mb_sums, mb_tokens)), mb_grads = grad_fn(trainable, ref_params, coefs, mb, mb_weights, mb_stats,
+                                                     key)
         return (jax.tree.map(jnp.add, grads, mb_grads), jax.tree.map(jnp.add, sums, mb_sums)), mb_tokens
 
     # Weights of the WHOLE minibatch, sliced per micro-batch: Σ over micro-batches = full-batch aggregate.
     agg_mode = registry.agg_mode_for(cfg.loss, cfg.agg_mode)
     agg_weights = aggregation.aggregation_weights(batch.completion_mask, agg_mode)
-    mb, mb_weights = _split_microbatches((batch, agg_weights), cfg.micro_batch_size)
-    xs = (mb, mb_weights, jnp.arange(mb_weights.shape[0]))
-    first = jax.tree.map(lambda x: x[0], (mb, mb_weights))
+    token_stats = minibatch_token_stats(model_cfg, cfg, state.params, batch, key)
+    xs = _split_microbatches((batch, agg_weights, token_stats), cfg.micro_batch_size)
+    first = jax.tree.map(lambda x: x[0], xs)
     sums_shape = jax.eval_shape(lambda: grad_fn(trainable, ref_params, coefs, *first, key)[0][1][0])
     zeros = lambda tree: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
     (grads, sums), (logp, entropy) = jax.lax.scan(accumulate, (zeros(trainable), zeros(sums_shape)), xs)

@@ -211,6 +211,7 @@ def learner_config(config) -> learner_lib.LearnerConfig:
         temperature=config.sampling.temperature,
         micro_batch_size=rl.micro_batch_size,
         logprob_chunk_size=rl.logprob_chunk_size,
+        logprob_vocab_chunk_size=rl.logprob_vocab_chunk_size,
         use_old_logp=several_updates_per_step(config),
         tis_cap=rl.tis_cap,
         tis_level=rl.tis_level,
@@ -476,6 +477,7 @@ def build_rl_programs(config, setup: Setup, optimizer) -> RLPrograms:
                 completion_len=config.sampling.max_new_tokens,
                 temperature=lcfg.temperature,
                 chunk_size=lcfg.logprob_chunk_size,
+                vocab_chunk_size=lcfg.logprob_vocab_chunk_size or None,
                 min_p=min_p,
             )
         )
