@@ -2,7 +2,8 @@
 
 Computes kernels with inputs sharded over a `data` mesh axis of 8 devices and compares with the same
 computation on one device: GRPO + PPO loss/gradient (Auto and Explicit axis types), and the kernels that
-need a whole axis at once (group ranks, sorts, scans, chunked log-probs; Explicit axes). Exits non-zero
+need a whole axis at once (group ranks, sorts, scans, the token-selecting losses clip_cov / kl_cov / lp_reg /
+hapo / steer, token-level group statistics, vocabulary-chunked log-probs; Explicit axes). Exits non-zero
 on mismatch.
 """
 
@@ -31,17 +32,24 @@ def ppo_step(logp, old_logp, scores, group_ids, mask, *, agg_mode):
 def whole_axis_kernels(logp, old_logp, scores, group_ids, mask, values, hidden, targets, unembed):
     adv = advantages.canon(scores, group_ids, values[:, 0], num_groups=G)
     gae_adv, returns = advantages.gae(values, values * 0.5, mask, gamma=0.9, lam=0.95)
+    hapo_adv = advantages.hapo(scores, group_ids, jnp.sum(mask, -1), num_groups=G)
+    bnpo_adv = advantages.bnpo(scores, group_ids, num_groups=G, reward_components=jnp.stack([scores, values[:, 1] > 0], -1))
+    ent = jnp.abs(values) + 0.1
 
     def loss_fn(lp, hid):
         key = jax.random.PRNGKey(0)
         clip_cov = losses.clip_cov(lp, old_logp, adv, mask, key, clip_cov_ratio=0.1, clip_cov_lb=-1e9)[0]
+        kl_cov = losses.kl_cov(lp, old_logp, adv, mask, kl_cov_ratio=0.1)[0]
         lp_reg = losses.lp_reg(lp, old_logp, adv, mask, old_logp + 0.5, rho_neg=0.2)[0]
-        chunk_logp, chunk_ent = entropy.chunked_logprobs_and_entropy(hid, targets, unembed,
-                                                                     chunk_size=5)
-        return clip_cov + lp_reg + jnp.sum(chunk_logp * mask) + jnp.sum(chunk_ent * mask)
+        hapo = losses.hapo(lp, old_logp, adv, mask, ent)[0]
+        steer = losses.steer(lp, old_logp, adv, mask, ent)[0]
+        chunk_logp, chunk_ent = entropy.chunked_logprobs_and_entropy(hid, targets, unembed, chunk_size=5,
+                                                                     vocab_chunk_size=6)
+        return (clip_cov + kl_cov + lp_reg + hapo + steer + jnp.sum(chunk_logp * mask)
+                + jnp.sum(chunk_ent * mask))
 
     loss, grads = jax.value_and_grad(loss_fn, argnums=(0, 1))(logp, hidden)
-    return adv, gae_adv, returns, loss, grads
+    return adv, gae_adv, returns, hapo_adv, bnpo_adv, loss, grads
 
 
 def compare(fn, inputs, mesh):
