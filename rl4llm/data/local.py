@@ -10,8 +10,10 @@ points ``config.task.local.train_path`` / ``test_path`` at it. Each record becom
   ``"boxed"``: the content of the last ``\boxed{}`` (MATH ``solution`` fields);
   ``"plain"``: the field as it is (``str()`` of non-strings, e.g. JSON test lists for code).
 
-A TFDS directory (``format="tfds"``) is read with ``tfds.data_source(tfds_name, data_dir=train_path)``, the
-``train`` / ``test`` splits, with text fields decoded from bytes. Without a test file the held-out split is the
+A prepared TFDS dataset (``format="tfds"``; ``train_path`` = its version directory, e.g.
+``<data_dir>/rl4llm_tasks/<config>/1.0.0``) is read without its builder code through
+``tfds.builder_from_directory(...).as_data_source`` (array_record, no TensorFlow), its ``train`` / ``test``
+splits, text fields decoded from bytes. Without a test file the held-out split is the
 records whose prompt hashes below ``test_fraction`` (``rl4llm.data.procedural.is_held_out``).
 
 :class:`ExampleSet` serves them like a procedural task: ``train_examples(step, n)`` draws ``n`` training examples
@@ -44,7 +46,6 @@ class LocalConfig:
     train_path: str
     test_path: str = ""
     format: str = ""
-    tfds_name: str = ""
     prompt_template: str = "{question}\n"
     answer_field: str = "answer"
     answer_format: str = "gsm8k"
@@ -65,16 +66,17 @@ def file_format(path: str, declared: str = "") -> str:
     raise ValueError(f"cannot tell the format of {path!r} from its suffix; set format to one of {', '.join(FORMATS)}")
 
 
-def read_records(path: str, fmt: str = "", *, tfds_name: str = "", split: str = "train") -> list[dict[str, Any]]:
-    """The records of a local file (or of ``split`` of a TFDS directory) as dicts; FileNotFoundError if absent."""
+def read_records(path: str, fmt: str = "", *, split: str = "train") -> list[dict[str, Any]]:
+    """The records of a local file (or of ``split`` of a prepared TFDS directory) as dicts; FileNotFoundError if
+    absent."""
     fmt = file_format(path, fmt)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"data {path!r} does not exist (we never download: put it there)")
     if fmt == "tfds":
         import tensorflow_datasets as tfds  # only this format needs it
 
-        source = tfds.data_source(tfds_name, split=split, data_dir=path, download=False)
+        source = tfds.builder_from_directory(path).as_data_source(split=split)
         return [{k: v.decode("utf-8") if isinstance(v, bytes) else v for k, v in r.items()} for r in source]
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"data file {path!r} does not exist (we never download: put the file there)")
     if fmt == "parquet":
         import pyarrow.parquet as pq  # only this format needs it
 
@@ -152,9 +154,9 @@ class ExampleSet:
 def load(cfg: LocalConfig) -> ExampleSet:
     """The train / held-out examples of a local dataset (module docstring)."""
     fmt = file_format(cfg.train_path, cfg.format)
-    train = [to_example(r, cfg) for r in read_records(cfg.train_path, fmt, tfds_name=cfg.tfds_name)]
+    train = [to_example(r, cfg) for r in read_records(cfg.train_path, fmt)]
     if fmt == "tfds":
-        test = [to_example(r, cfg) for r in read_records(cfg.train_path, fmt, tfds_name=cfg.tfds_name, split="test")]
+        test = [to_example(r, cfg) for r in read_records(cfg.train_path, fmt, split="test")]
     elif cfg.test_path:
         test = [to_example(r, cfg) for r in read_records(cfg.test_path, file_format(cfg.test_path, cfg.format))]
     else:

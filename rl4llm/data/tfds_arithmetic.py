@@ -16,15 +16,16 @@ Reading goes through ``tfds.data_source`` (random access over array_record, no T
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Sequence
+from typing import Iterator
 
 import tensorflow_datasets as tfds
 
 from rl4llm.data import arithmetic
+from rl4llm.data import tfds_tasks
+from rl4llm.data.tfds_tasks import ExampleSource
 
 DATASET_NAME = "rl4llm_arithmetic"
 _VERSION = tfds.core.Version("1.0.0")
-_FIELDS = ("prompt", "solution", "answer")
 _OPERATOR_NAMES = {"+": "add", "-": "sub", "*": "mul"}
 
 
@@ -70,7 +71,7 @@ class Rl4llmArithmetic(tfds.core.GeneratorBasedBuilder):
 
     def _info(self) -> tfds.core.DatasetInfo:
         return self.dataset_info_from_configs(
-            features=tfds.features.FeaturesDict({field: tfds.features.Text() for field in _FIELDS}),
+            features=tfds.features.FeaturesDict({field: tfds.features.Text() for field in tfds_tasks.FIELDS}),
             disable_shuffling=True,
         )
 
@@ -87,23 +88,6 @@ class Rl4llmArithmetic(tfds.core.GeneratorBasedBuilder):
             yield i, dataclasses.asdict(ex)
 
 
-class ExampleSource(Sequence[arithmetic.Example]):
-    """Random-access view of a TFDS data source as :class:`arithmetic.Example` records."""
-
-    def __init__(self, records: Sequence[dict[str, bytes]]):
-        self._records = records
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-    def __getitem__(self, index: int) -> arithmetic.Example:  # type: ignore[override]
-        """Record ``index`` (negative indices count from the end; out of range raises IndexError)."""
-        if not -len(self) <= index < len(self):
-            raise IndexError(f"index {index} out of range for {len(self)} records")
-        record = self._records[index % len(self)]
-        return arithmetic.Example(**{field: record[field].decode("utf-8") for field in _FIELDS})
-
-
 def data_source(
     data_dir: str,
     task: arithmetic.ArithmeticConfig,
@@ -116,13 +100,4 @@ def data_source(
     """Random-access ``split`` ("train", "test", or any TFDS split slice) of the task's dataset under
     ``data_dir``, read with ``tfds.data_source`` from array_record files; built first if absent and ``build``."""
     config = builder_config(task, train_size=train_size, test_size=test_size)
-    # TFDS refuses a second object named like a registered config; the name encodes every field, so reuse it.
-    config = Rl4llmArithmetic.builder_configs.get(config.name, config)
-    records = tfds.data_source(
-        DATASET_NAME,
-        split=split,
-        data_dir=data_dir,
-        download=build,
-        builder_kwargs={"config": config, "file_format": "array_record"},
-    )
-    return ExampleSource(records)
+    return tfds_tasks.read(Rl4llmArithmetic, config, split, data_dir, build=build)

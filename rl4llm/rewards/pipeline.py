@@ -83,9 +83,8 @@ class RewardPipeline:
             votes = [extract(t) for t in texts]
             labels = combine_lib.majority_vote(votes, group_ids.tolist())
             labelled = np.array([label is not None for label in labels])
-            metrics["pseudo_label/agreement"] = float(
-                np.mean([v == label for v, label in zip(votes, labels) if label is not None]) if labelled.any() else 0.0
-            )
+            agree = [v == label for v, label in zip(votes, labels) if v is not None]  # answered samples only
+            metrics["pseudo_label/agreement"] = float(np.mean(agree)) if agree else 0.0
             metrics["pseudo_label/labelled_frac"] = float(labelled.mean())
             answers = [label if label is not None else "" for label in labels]
         main, timeouts, errors = self._components(self.main, texts, answers, labelled)
