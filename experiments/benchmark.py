@@ -5,6 +5,7 @@ r"""The benchmark workloads of shared/bench/WORKLOADS.md, on the project's own s
     python -m experiments.benchmark --workload sample_only --model tiny
     python -m experiments.benchmark --memory_probe --model small --probe_micro_batch_size 8
     python -m experiments.benchmark --memory_probe --model small --remat none --attention_query_chunk 0
+    python -m experiments.benchmark --workload reward_throughput --reward_workers 2
 
 Prints ONE JSON line, then a short human table.
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import platform
 import resource
 import statistics
@@ -51,6 +53,8 @@ import numpy as np
 import optax
 
 from rl4llm import models
+from rl4llm.rewards import pool as reward_pool
+from rl4llm.rewards import sandbox
 from rl4llm.models import config as model_config
 from rl4llm import sampling
 from rl4llm.rl import registry
@@ -85,7 +89,13 @@ MEMORY_PROBE = Workload("memory_probe", num_prompts=64, group_size=1, prompt_len
                         learn=True)
 
 
-_WORKLOAD = flags.DEFINE_enum("workload", "grpo_step", list(WORKLOADS), "Workload of WORKLOADS.md.")
+# Host-side workloads (no model): scorer throughput.
+REWARD_WORKLOADS = ("reward_throughput",)
+_WORKLOAD = flags.DEFINE_enum("workload", "grpo_step", [*WORKLOADS, *REWARD_WORKLOADS],
+                              "Workload of WORKLOADS.md, or reward_throughput (sandboxed code scoring).")
+_REWARD_COMPLETIONS = flags.DEFINE_integer("reward_completions", 1000, "reward_throughput: completions scored.",
+                                           lower_bound=1)
+_REWARD_WORKERS = flags.DEFINE_integer("reward_workers", 2, "reward_throughput: scoring processes.", lower_bound=1)
 _MODEL = flags.DEFINE_enum("model", "tiny", ["tiny", "small"], "Model preset (rl4llm.models presets).")
 _STEPS = flags.DEFINE_integer("steps", None, "Timed steps after the warm-up; default 5 for tiny, 3 for small.",
                               lower_bound=1)
@@ -101,6 +111,39 @@ _QUERY_CHUNK = flags.DEFINE_integer("attention_query_chunk", None, "Override Mod
                                     "of the preset (0 = unchunked attention).", lower_bound=0)
 _PROBE_EXECUTE = flags.DEFINE_bool("probe_execute", True,
                                    "Memory probe: also run the step (else only compile and analyse it).")
+
+
+# reward_throughput: a program that reads two integers and prints their sum, in three variants, and its tests.
+_SUM_PROGRAMS = {
+    "correct": "a, b = map(int, input().split())\nprint(a + b)\n",
+    "wrong": "a, b = map(int, input().split())\nprint(a - b)\n",
+    "error": "a, b = map(int, input().split())\nprint(a / 0)\n",
+}
+_SUM_TESTS = json.dumps({"tests": [{"input": f"{a} {b}", "output": str(a + b)} for a, b in ((1, 2), (10, 32), (-5, 5))]})
+
+
+def reward_throughput(num_completions: int, num_workers: int, seed: int) -> dict:
+    """Sandboxed code completions scored per minute by the training loop's scorer.
+
+    `num_completions` completions (80% correct, 15% wrong output, 5% runtime error; each a fenced Python
+    program with 3 stdin/stdout tests) go through `BatchScorer(rewards "code", num_workers)` in one batch, as one
+    RL step's scoring would; the pool is started and warmed (one batch of `num_workers` completions) first."""
+    rng = np.random.default_rng(seed)
+    kinds = rng.choice(list(_SUM_PROGRAMS), size=num_completions, p=[0.8, 0.15, 0.05])
+    completions = [f"```python\n{_SUM_PROGRAMS[k]}```" for k in kinds]
+    with reward_pool.BatchScorer(sandbox.score, num_workers=num_workers, timeout_s=30.0) as scorer:
+        scorer.score(completions[:num_workers], [_SUM_TESTS] * num_workers)
+        start = time.perf_counter()
+        scores, counts = scorer.score(completions, [_SUM_TESTS] * num_completions)
+        elapsed = time.perf_counter() - start
+    expected = np.where(kinds == "correct", 1.0, 0.0)
+    return {
+        "framework": "rl4llm", "workload": "reward_throughput", "model": "-", "devices": f"host, {num_workers} workers",
+        "completions": num_completions, "wall_s": round(elapsed, 3),
+        "completions_per_min": round(60 * num_completions / elapsed, 1),
+        "isolation": sandbox.isolation(), "cpu_count": len(os.sched_getaffinity(0)),
+        "scores_as_expected": bool(np.array_equal(scores, expected)), **counts,
+    }
 
 
 def default_steps(model: str) -> int:
@@ -307,6 +350,9 @@ def memory_probe(model_cfg: models.ModelConfig, model: str, wl: Workload, logpro
 
 def notes(workload: str) -> list[str]:
     """What the figures of `workload` include, for the human table."""
+    if workload in REWARD_WORKLOADS:
+        return ["each completion: a sandboxed subprocess (namespaces, rlimits, uid drop) running 3 stdin/stdout tests",
+                "wall_s: one BatchScorer.score call on the whole batch after a warm-up batch"]
     if workload not in WORKLOADS:
         return ["temp/argument/output/alias_mb: compiled.memory_analysis(); compile_s: AOT lower + compile"]
     gen = "generate + device->host copy" + (" + host reward" if WORKLOADS[workload].learn else "")
@@ -325,6 +371,11 @@ def table(record: dict) -> str:
 
 def main(argv):
     del argv
+    if _WORKLOAD.value in REWARD_WORKLOADS:
+        record = reward_throughput(_REWARD_COMPLETIONS.value, _REWARD_WORKERS.value, _SEED.value)
+        print(json.dumps(record), flush=True)
+        print(table(record), flush=True)
+        return
     overrides = {name: flag.value for name, flag in (("remat", _REMAT), ("attention_query_chunk", _QUERY_CHUNK))
                  if flag.value is not None}
     model_cfg = models.get_config(_MODEL.value, **overrides)

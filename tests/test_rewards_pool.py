@@ -65,3 +65,11 @@ def test_bad_arguments():
         pool_lib.BatchScorer(misbehaving_reward, num_workers=-1)
     with pytest.raises(ValueError, match="answers"):
         pool_lib.BatchScorer(misbehaving_reward, num_workers=0).score(["a"], [])
+
+
+def test_reward_throughput_benchmark_workload_runs():
+    from experiments import benchmark
+
+    record = benchmark.reward_throughput(num_completions=6, num_workers=1, seed=0)
+    assert record["scores_as_expected"] and record["reward/errors"] == record["reward/timeouts"] == 0
+    assert record["completions"] == 6 and record["completions_per_min"] > 0
