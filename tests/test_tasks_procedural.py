@@ -1,6 +1,8 @@
 """Built-in procedural tasks (countdown, sorting, modular) and the task registry: exact verifiers accept the
 reference solutions, held-out splits are disjoint and seed-independent, difficulty parameters act."""
 
+import re
+
 import ml_collections
 import numpy as np
 import pytest
@@ -118,3 +120,45 @@ def test_registry_arithmetic_is_the_arithmetic_module():
     assert task.source.test_examples(16) == arithmetic.test_examples(cfg, 16)
     with pytest.raises(ValueError, match="unknown task"):
         tasks.build(ml_collections.ConfigDict({"name": "chess"}), seed=0)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"name": "chess"}, "config.task.name='chess'"),
+        ({"name": "countdown", "countdown.min_numbers": 1}, "config.task.countdown: CountdownConfig: need 2 <= min_numbers"),
+        ({"name": "local"}, "config.task.local.train_path=''"),
+        ({"extra_rewards": "nonsense:0.1"}, "unknown reward 'nonsense'"),
+        ({"extra_rewards": "math:x"}, "config.task.extra_rewards='math:x'"),
+        ({"extra_rewards_mode": "max"}, "config.task.extra_rewards_mode='max'"),
+        ({"length_shaping": "shorter"}, "config.task.length_shaping='shorter'"),
+        ({"length_shaping": "laser", "length_shaping_kwargs.buffer": 4}, "config.task.length_shaping_kwargs.buffer"),
+        ({"reward": "countdown", "pseudo_labels": "majority_vote"}, "has no answer extractor"),
+        ({"reward_workers": -1}, "config.task.reward_workers=-1"),
+        ({"reward_timeout_s": 0.0}, "config.task.reward_timeout_s=0.0"),
+    ],
+)
+def test_task_config_errors_name_the_field(overrides, message):
+    from rl4llm.train import config_validation
+
+    config = default.get_config()
+    for path, value in overrides.items():
+        node = config.task
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    with pytest.raises(config_validation.ConfigError, match=re.escape(message)):
+        config_validation.validate(config)
+
+
+def test_default_config_with_every_pipeline_option_is_valid():
+    from rl4llm.train import config_validation
+
+    config = default.get_config()
+    config.task.update(
+        {"extra_rewards": "format_answer_tag:0.1", "extra_rewards_mode": "if_correct", "length_shaping": "laser",
+         "pseudo_labels": "majority_vote", "reward_workers": 2}
+    )
+    config.task.length_shaping_kwargs.target = 8
+    config_validation.validate(config)
