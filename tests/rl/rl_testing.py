@@ -8,6 +8,7 @@ test; one `jax.jit` of the whole kernel costs a fraction of that. `compiled(modu
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -45,3 +46,25 @@ def distinct_names(table: dict) -> list:
             seen.add(table[name])
             names.append(name)
     return names
+
+
+def random_loss_batch(seed: int, n: int = 6, t: int = 5):
+    """(logp, old_logp, advantages [N], mask, extras) of a random batch; extras holds every extra standard
+    loss input (key, entropy, proxy_logp, target_advantages). Every row has at least one valid token."""
+    k = jax.random.split(jax.random.PRNGKey(seed), 5)
+    old = -jax.random.uniform(k[0], (n, t), minval=0.1, maxval=3.0)
+    logp = old + 0.3 * jax.random.normal(k[1], (n, t))
+    a = jax.random.normal(k[2], (n,))
+    mask = (jax.random.uniform(k[3], (n, t)) < 0.7).astype(jnp.float32).at[:, 0].set(1.0)
+    extras = dict(target_advantages=jax.random.normal(k[4], (n,)), key=jax.random.PRNGKey(0),
+                  entropy=jax.random.uniform(k[4], (n, t)), proxy_logp=old + 0.5)
+    return logp, old, a, mask, extras
+
+
+# Hyper-parameters under which the token-selecting losses select several of a small batch's tokens
+# (their defaults select one).
+SELECTIVE_KWARGS = {
+    "clip_cov": dict(clip_cov_ratio=0.2, clip_cov_lb=-1e9, clip_cov_ub=1e9),
+    "kl_cov": dict(kl_cov_ratio=0.2, ppo_kl_coef=1.0),
+    "lp_reg": dict(rho_neg=0.3),
+}

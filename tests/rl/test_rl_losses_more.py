@@ -10,7 +10,7 @@ from rl4llm.rl import aggregation as eager_aggregation
 from rl4llm.rl import losses as eager_losses
 from rl4llm.rl import registry
 
-from rl_testing import compiled, distinct_names
+from rl_testing import SELECTIVE_KWARGS, compiled, distinct_names, random_loss_batch
 
 adv_lib = compiled(eager_advantages)
 agg = compiled(eager_aggregation)
@@ -189,33 +189,14 @@ def test_truncated_is_weights():
                                [[1.5, 1.5, 0.0]], rtol=1e-6)
 
 
-def _batch(seed, n=6, t=5):
-    k = jax.random.split(jax.random.PRNGKey(seed), 5)
-    old = -jax.random.uniform(k[0], (n, t), minval=0.1, maxval=3.0)
-    logp = old + 0.3 * jax.random.normal(k[1], (n, t))
-    a = jax.random.normal(k[2], (n,))
-    mask = (jax.random.uniform(k[3], (n, t)) < 0.7).astype(jnp.float32).at[:, 0].set(1.0)
-    extras = dict(target_advantages=jax.random.normal(k[4], (n,)), key=jax.random.PRNGKey(0),
-                  entropy=jax.random.uniform(k[4], (n, t)), proxy_logp=old + 0.5)
-    return logp, old, a, mask, extras
-
-
-# Hyper-parameters under which the token-selecting losses select several tokens of the 30.
-_SELECTIVE = {
-    "clip_cov": dict(clip_cov_ratio=0.2, clip_cov_lb=-1e9, clip_cov_ub=1e9),
-    "kl_cov": dict(kl_cov_ratio=0.2, ppo_kl_coef=1.0),
-    "lp_reg": dict(rho_neg=0.3),
-}
-
-
 @pytest.mark.parametrize("name", distinct_names(registry.POLICY_LOSSES))
 def test_every_loss_is_invariant_to_micro_batching(name):
     """Σ over micro-batches of the loss (whole-batch aggregation weights, and for token-selecting losses
     the whole-batch `token_stats`, sliced) equals the full-batch loss; gradients too."""
-    logp, old, a, mask, extras = _batch(3)
+    logp, old, a, mask, extras = random_loss_batch(3)
     mode = registry.agg_mode_for(name, "token-mean")
     fn = registry.get_policy_loss(name)
-    kwargs = _SELECTIVE.get(name, {})
+    kwargs = SELECTIVE_KWARGS.get(name, {})
 
     @jax.jit
     def value_and_grad(lp, o, ad, m, e, w):

@@ -11,7 +11,7 @@ from rl4llm.rl import entropy as eager_entropy
 from rl4llm.rl import losses as eager_losses
 from rl4llm.rl import registry
 
-from rl_testing import compiled
+from rl_testing import SELECTIVE_KWARGS, compiled, random_loss_batch
 
 adv = compiled(eager_advantages)
 entropy = compiled(eager_entropy)
@@ -155,7 +155,7 @@ def test_steer_weight_properties():
     ("lp_reg", dict(rho_neg=0.0), "rho_neg=0.0"),
 ])
 def test_bad_hyper_parameters_are_named(name, kwargs, message):
-    logp, old, a, mask, extras = _batch(0)
+    logp, old, a, mask, extras = random_loss_batch(0)
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         registry.get_policy_loss(name)(logp, old, a, mask, **extras, **kwargs)
 
@@ -170,31 +170,10 @@ def test_bad_advantage_hyper_parameters_are_named():
 # ------------------------------------------------------------- whole-minibatch token statistics
 
 
-def _batch(seed, n=6, t=5):
-    k = jax.random.split(jax.random.PRNGKey(seed), 5)
-    old = -jax.random.uniform(k[0], (n, t), minval=0.1, maxval=3.0)
-    logp = old + 0.3 * jax.random.normal(k[1], (n, t))
-    a = jax.random.normal(k[2], (n,))
-    mask = (jax.random.uniform(k[3], (n, t)) < 0.7).astype(jnp.float32).at[:, 0].set(1.0)
-    extras = dict(key=jax.random.PRNGKey(0), entropy=jax.random.uniform(k[4], (n, t), maxval=2.0),
-                  proxy_logp=old + 0.5)
-    return logp, old, a, mask, extras
-
-
-# Hyper-parameters under which each loss selects a handful of the 30 tokens (the defaults pick 1).
-_SELECTIVE = {
-    "clip_cov": dict(clip_cov_ratio=0.2, clip_cov_lb=-1e9, clip_cov_ub=1e9),
-    "kl_cov": dict(kl_cov_ratio=0.2, ppo_kl_coef=1.0),
-    "lp_reg": dict(rho_neg=0.3),
-    "hapo": {},
-    "steer": {},
-}
-
-
 @pytest.mark.parametrize("name", sorted(registry.TOKEN_STATISTICS))
 def test_token_stats_of_the_batch_reproduce_the_loss(name):
-    logp, old, a, mask, extras = _batch(1)
-    kwargs = _SELECTIVE[name]
+    logp, old, a, mask, extras = random_loss_batch(1)
+    kwargs = SELECTIVE_KWARGS.get(name, {})
     stats = registry.get_token_statistics(name)(logp=logp, old_logp=old, advantages=a, mask=mask, **extras, **kwargs)
     assert stats.shape == logp.shape
     fn = registry.get_policy_loss(name)
