@@ -12,9 +12,10 @@ so the model never has to look further back than the previous step. Negative run
 with a leading ``-`` (``"5-9=-4;-4+3=-1;#-1"``); operands themselves are never negative.
 
 Train / test split: a prompt is held out iff ``sha256(prompt)`` maps below ``test_fraction``
-(:func:`is_test_problem`, the shared rule of ``rl4llm.data.procedural``). The split depends only on the prompt text and ``test_fraction`` (not on the
-seed or on any other config field), so the held-out problems are never produced by :func:`train_examples`
-for any seed or step, and raising ``test_fraction`` only adds problems to the held-out set.
+(:func:`is_test_problem`, the shared rule of ``rl4llm.data.procedural``). The split depends only on the prompt
+text and ``test_fraction`` (not on the seed or on any other config field), so the held-out problems are never
+produced by :func:`train_examples` for any seed or step, and raising ``test_fraction`` only adds problems to the
+held-out set.
 
 Determinism: :func:`train_examples` draws from a numpy Generator seeded by ``(seed, step)`` alone, so any
 step can be regenerated without replaying earlier ones and the data-iterator state is just the step number.
@@ -130,13 +131,11 @@ def _draw(rng: np.random.Generator, cfg: ArithmeticConfig, k: int) -> list[Examp
 
 def source(cfg: ArithmeticConfig) -> procedural.ProblemSource:
     """Train / held-out / corpus streams of the task (``rl4llm.data.procedural.ProblemSource``)."""
-    return procedural.ProblemSource(
-        draw=lambda rng, k: _draw(rng, cfg, k),
+    return procedural.ProblemSource.of(
+        cfg,
+        _draw,
         streams=(_TRAIN_STREAM, _TEST_STREAM, _CORPUS_STREAM),
-        test_fraction=cfg.test_fraction,
-        seed=cfg.seed,
         alphabet=ALPHABET,
-        what=cfg,
         hint="enlarge max_value/max_operands",
     )
 

@@ -44,7 +44,9 @@ class CountdownConfig:
                 f"CountdownConfig: need 2 <= min_numbers <= max_numbers, got {self.min_numbers}, {self.max_numbers}."
             )
         if self.max_number < 1 or self.max_target < 1:
-            raise ValueError(f"CountdownConfig: max_number={self.max_number}, max_target={self.max_target} must be >= 1.")
+            raise ValueError(
+                f"CountdownConfig: max_number={self.max_number}, max_target={self.max_target}: both must be >= 1."
+            )
         if not self.operators or set(self.operators) - set(_OPERATORS):
             raise ValueError(f"CountdownConfig.operators={self.operators!r}: a non-empty subset of {_OPERATORS!r}.")
         if not 0.0 <= self.test_fraction < 1.0:
@@ -86,12 +88,6 @@ def _draw(rng: np.random.Generator, cfg: CountdownConfig, k: int) -> list[Exampl
 
 def source(cfg: CountdownConfig) -> procedural.ProblemSource:
     """Train / held-out / corpus streams of the task (``rl4llm.data.procedural.ProblemSource``)."""
-    return procedural.ProblemSource(
-        draw=lambda rng, k: _draw(rng, cfg, k),
-        streams=_STREAMS,
-        test_fraction=cfg.test_fraction,
-        seed=cfg.seed,
-        alphabet=ALPHABET,
-        what=cfg,
-        hint="enlarge max_number/max_numbers",
+    return procedural.ProblemSource.of(
+        cfg, _draw, streams=_STREAMS, alphabet=ALPHABET, hint="enlarge max_number/max_numbers"
     )

@@ -114,7 +114,8 @@ def to_example(record: dict[str, Any], cfg: LocalConfig) -> Example:
     try:
         prompt = cfg.prompt_template.format(**record)
     except KeyError as e:
-        raise KeyError(f"prompt_template {cfg.prompt_template!r} needs field {e}; record has {sorted(record)}") from None
+        message = f"prompt_template {cfg.prompt_template!r} needs field {e}; record has {sorted(record)}"
+        raise KeyError(message) from None
     if cfg.answer_field not in record:
         raise KeyError(f"answer_field {cfg.answer_field!r} missing; record has {sorted(record)}")
     solution = str(record[cfg.solution_field]) if cfg.solution_field else ""

@@ -65,12 +65,6 @@ def _draw(rng: np.random.Generator, cfg: ModularConfig, k: int) -> list[Example]
 
 def source(cfg: ModularConfig) -> procedural.ProblemSource:
     """Train / held-out / corpus streams of the task (``rl4llm.data.procedural.ProblemSource``)."""
-    return procedural.ProblemSource(
-        draw=lambda rng, k: _draw(rng, cfg, k),
-        streams=_STREAMS,
-        test_fraction=cfg.test_fraction,
-        seed=cfg.seed,
-        alphabet=ALPHABET,
-        what=cfg,
-        hint="enlarge max_exponent/max_modulus",
+    return procedural.ProblemSource.of(
+        cfg, _draw, streams=_STREAMS, alphabet=ALPHABET, hint="enlarge max_exponent/max_modulus"
     )

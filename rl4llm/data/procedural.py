@@ -91,6 +91,19 @@ class ProblemSource:
     what: object
     hint: str
 
+    @classmethod
+    def of(cls, cfg, draw: Callable, *, streams: tuple[int, int, int], alphabet: str, hint: str) -> "ProblemSource":
+        """The source of task config ``cfg`` (its ``test_fraction`` and ``seed``) drawing ``draw(rng, cfg, k)``."""
+        return cls(
+            draw=lambda rng, k: draw(rng, cfg, k),
+            streams=streams,
+            test_fraction=cfg.test_fraction,
+            seed=cfg.seed,
+            alphabet=alphabet,
+            what=cfg,
+            hint=hint,
+        )
+
     def _sample(self, rng: np.random.Generator, n: int, *, test: bool, distinct: bool) -> list[Example]:
         return sample(
             rng, self.draw, n, test=test, test_fraction=self.test_fraction, distinct=distinct, what=self.what,

@@ -36,7 +36,9 @@ class SortingConfig:
 
     def __post_init__(self) -> None:
         if not 2 <= self.min_length <= self.max_length:
-            raise ValueError(f"SortingConfig: need 2 <= min_length <= max_length, got {self.min_length}, {self.max_length}.")
+            raise ValueError(
+                f"SortingConfig: need 2 <= min_length <= max_length, got {self.min_length}, {self.max_length}."
+            )
         if self.max_value < 1:
             raise ValueError(f"SortingConfig.max_value={self.max_value}: must be >= 1.")
         if not 0.0 <= self.test_fraction < 1.0:
@@ -63,12 +65,6 @@ def _draw(rng: np.random.Generator, cfg: SortingConfig, k: int) -> list[Example]
 
 def source(cfg: SortingConfig) -> procedural.ProblemSource:
     """Train / held-out / corpus streams of the task (``rl4llm.data.procedural.ProblemSource``)."""
-    return procedural.ProblemSource(
-        draw=lambda rng, k: _draw(rng, cfg, k),
-        streams=_STREAMS,
-        test_fraction=cfg.test_fraction,
-        seed=cfg.seed,
-        alphabet=ALPHABET,
-        what=cfg,
-        hint="enlarge max_value/max_length",
+    return procedural.ProblemSource.of(
+        cfg, _draw, streams=_STREAMS, alphabet=ALPHABET, hint="enlarge max_value/max_length"
     )

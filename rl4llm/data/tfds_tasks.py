@@ -30,7 +30,11 @@ DATASET_NAME = "rl4llm_tasks"
 _VERSION = tfds.core.Version("1.0.0")
 FIELDS = ("prompt", "solution", "answer")
 TASK_MODULES = {"countdown": countdown, "sorting": sorting, "modular": modular}
-_CONFIG_CLASSES = {"countdown": countdown.CountdownConfig, "sorting": sorting.SortingConfig, "modular": modular.ModularConfig}
+_CONFIG_CLASSES = {
+    "countdown": countdown.CountdownConfig,
+    "sorting": sorting.SortingConfig,
+    "modular": modular.ModularConfig,
+}
 _NAME_SUBSTITUTIONS = {"+": "add", "-": "sub", "*": "mul", ".": "p"}
 
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import re
 
-_THINK_ANSWER = re.compile(r"\s*<think>(?:(?!</?think>).)*</think>\s*<answer>(?:(?!</?answer>).)*</answer>\s*", re.DOTALL)
+_THINK_ANSWER = re.compile(
+    r"\s*<think>(?:(?!</?think>).)*</think>\s*<answer>(?:(?!</?answer>).)*</answer>\s*", re.DOTALL
+)
 _ANSWER = re.compile(r"<answer>.*?</answer>", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _MAX_TOOL_CALL_CHARS = 100_000

@@ -17,7 +17,8 @@ sampler's ``max_new_tokens``. "Correct" means ``scores >= correct_threshold`` (d
 * :func:`laser` — LASER (Liu et al. 2025, "Learn to Reason Efficiently with Adaptive Length-based Reward
   Shaping"): ``r + alpha * 1[correct and L <= target]``.
 * :func:`laser_d` — LASER-D: the target depends on the group's difficulty from its accuracy ``acc_g`` (fraction
-  correct): easy ``acc_g >= 2/3`` -> ``target_easy``, medium ``[1/3, 2/3)`` -> ``target_medium``, hard -> ``target_hard``.
+  correct): easy ``acc_g >= 2/3`` -> ``target_easy``, medium ``[1/3, 2/3)`` -> ``target_medium``, hard ->
+  ``target_hard``.
   (The paper re-chooses the three targets periodically from a monitoring set; here they are fixed
   hyper-parameters.)
 """

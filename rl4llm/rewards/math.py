@@ -7,10 +7,11 @@ r"""Math answer verifier: final-answer extraction, normalisation and equivalence
 3. the text after the LAST ``Answer:`` (case-insensitive; Minerva / DAPO "Answer:" line), up to the end of its line;
 4. lenient mode only: the LAST number in the text (verl gsm8k "flexible"), e.g. ``"so 18 eggs."`` -> ``18``.
 
-**Normalisation** (:func:`normalize`, after verl's ``math_reward.strip_string`` and ``math_dapo.normalize_final_answer``):
-drop ``$``, ``\(``/``\)``, ``\left``/``\right``, LaTeX spacing (``\!``, ``\,``, ``\;``, ``\:``, ``\ ``, ``~``), a trailing
-period, a ``x =`` style prefix whose left side has at most 2 characters, ``^\circ`` / ``^{\circ}``, ``\%`` / ``%``,
-thousands commas in digit strings (``1,234`` -> ``1234``), trailing zeros of decimals (``18.0`` -> ``18``),
+**Normalisation** (:func:`normalize`, after verl's ``math_reward.strip_string`` and
+``math_dapo.normalize_final_answer``): drop ``$``, ``\(``/``\)``, ``\left``/``\right``, LaTeX spacing (``\!``, ``\,``,
+``\;``, ``\:``, ``\ ``, ``~``), a trailing period, a ``x =`` style prefix whose left side has at most 2 characters,
+``^\circ`` / ``^{\circ}``, ``\%`` / ``%``, thousands commas in digit strings (``1,234`` -> ``1234``), trailing zeros
+of decimals (``18.0`` -> ``18``),
 ``\text{...}`` and ``\mathrm{...}`` wrappers; ``\dfrac`` / ``\tfrac`` -> ``\frac``; ``\frac12`` -> ``\frac{1}{2}``;
 ``\sqrt3`` -> ``\sqrt{3}``; all whitespace removed. Lenient mode also drops trailing unit words (``5 cm``,
 ``\text{ dollars}``) and a leading ``the answer is``.
@@ -235,8 +236,8 @@ def _split_top_level(s: str) -> list[str]:
 
 
 def _latex_to_sympy_text(s: str) -> str | None:
-    r"""A sympy-parsable string for a LaTeX subset (``\frac``, ``\sqrt``, ``\pi``, ``^``, ``\cdot``, ``\times``), or None
-    when anything else (another command, an underscore, a quote...) appears: nothing else ever reaches ``eval``."""
+    r"""A sympy-parsable string for a LaTeX subset (``\frac``, ``\sqrt``, ``\pi``, ``^``, ``\cdot``, ``\times``), or
+    None when anything else (another command, an underscore, a quote...) appears: nothing else ever reaches ``eval``."""
     s = s.replace("\\cdot", "*").replace("\\times", "*").replace("\\div", "/").replace("\\infty", "oo")
     s = s.replace("\\pi", " pi ")
     for _ in range(20):  # \frac{a}{b} -> ((a)/(b)), \sqrt{a} -> sqrt(a), innermost first

@@ -53,11 +53,13 @@ class RewardPipeline:
         if spec.pseudo_labels == "majority_vote" and spec.reward not in rewards.EXTRACTORS:
             raise ValueError(f"majority_vote needs a reward with an answer extractor: {', '.join(rewards.EXTRACTORS)}")
         if spec.length_shaping != "none" and spec.length_shaping not in length_lib.LENGTH_SHAPING:
-            raise ValueError(f"length_shaping={spec.length_shaping!r}; known: none, {', '.join(length_lib.LENGTH_SHAPING)}")
+            known = ", ".join(length_lib.LENGTH_SHAPING)
+            raise ValueError(f"length_shaping={spec.length_shaping!r}; known: none, {known}")
         self.spec = spec
 
         def scorer(name: str) -> pool_lib.BatchScorer:
-            return pool_lib.BatchScorer(rewards.get_reward(name), num_workers=spec.num_workers, timeout_s=spec.timeout_s)
+            reward_fn = rewards.get_reward(name)
+            return pool_lib.BatchScorer(reward_fn, num_workers=spec.num_workers, timeout_s=spec.timeout_s)
 
         self.main = scorer(spec.reward)
         self.extras = {name: scorer(name) for name, _ in spec.extra_weights}

@@ -5,9 +5,9 @@
 it is pickled by reference): each (completion, answer) is one call in a ``pebble.ProcessPool`` of
 ``spawn``-started workers (never forked from the JAX process). A call that runs past
 ``timeout_s`` has its worker killed and replaced; a call that raises, or whose worker dies (segfault, OOM kill,
-``os._exit``), or returns a non-finite value, is retried nowhere: every such completion scores 0.0 and is counted in the returned metrics
-(``reward/timeouts``, ``reward/errors``), so a bad scorer never kills the run. A pool that breaks as a whole
-is rebuilt before the next batch.
+``os._exit``), or returns a non-finite value, is retried nowhere: every such completion scores 0.0 and is counted
+in the returned metrics (``reward/timeouts``, ``reward/errors``), so a bad scorer never kills the run. A pool that
+breaks as a whole is rebuilt before the next batch.
 
 ``num_workers=0`` scores inline in the calling process (no pool, no hard timeout; exceptions still score 0 and
 are counted): for cheap pure rewards, and the one way to debug a reward with a debugger.

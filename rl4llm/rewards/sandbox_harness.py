@@ -16,9 +16,9 @@ Protocol: the host writes one JSON object to stdin (``nonce``, ``program``, ``te
 
 Each test's result is one line ``<nonce> <json>`` on the result file descriptor (``--result-fd``), written as soon
 as the test ends, so a run killed half-way still reports the tests it finished; ``<nonce> done`` ends the run
-(the host stops reading there, even if a process the program left behind still holds the descriptor). The nonce is read from stdin
-before the program runs and lives only in this process's memory, so a program cannot forge result lines without
-digging it out of the interpreter's memory (documented limitation of in-process harnesses).
+(the host stops reading there, even if a process the program left behind still holds the descriptor). The nonce is
+read from stdin before the program runs and lives only in this process's memory, so a program cannot forge result
+lines without digging it out of the interpreter's memory (documented limitation of in-process harnesses).
 """
 
 import ctypes
