@@ -49,6 +49,21 @@ def get_config() -> ml_collections.ConfigDict:
     # Decoder preset from rl4llm.models.PRESETS; vocab_size comes from the tokenizer.
     c.model = ml_collections.ConfigDict()
     c.model.preset = "arith"
+    # A Hugging Face model directory (config.json, *.safetensors, tokenizer.json; Qwen2/2.5, Qwen3, Llama 3.x):
+    # its weights, tokenizer and chat template replace the preset and the task tokenizer. "" = off.
+    c.model.hf_checkpoint = ""
+    c.model.export_hf = False  # True: write the final policy (LoRA merged) to <workdir>/hf_export for transformers / vLLM
+    # Precision: dtype = activations/matmuls, param_dtype = stored params = the optimizer's master weights. Norms,
+    # softmax, logits, log-probs and losses are float32 whatever these say. bf16 compute with fp32 master weights:
+    # dtype="bfloat16", param_dtype="float32"; pure bf16 (half the param memory, no fp32 master): both "bfloat16".
+    c.model.dtype = "float32"
+    c.model.param_dtype = "float32"
+    # LoRA (rl4llm.models.lora): rank > 0 trains only low-rank adapters on `targets`; the base is frozen (no gradient,
+    # no optimizer state) and, with KL on, is the reference policy (adapters off: no second copy).
+    c.model.lora = ml_collections.ConfigDict()
+    c.model.lora.rank = 0
+    c.model.lora.alpha = 16.0
+    c.model.lora.targets = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
     # Rollouts (rl4llm.sampling). Prompts are left-padded to a multiple of prompt_bucket.
     c.sampling = ml_collections.ConfigDict()

@@ -125,6 +125,13 @@ class HFTokenizer:
         ids = [int(i) for i in ids]
         return self._tok.decode([i for i in ids if 0 <= i < self.vocab_size], skip_special_tokens=skip_special_tokens)
 
+    def encode_prompt(self, text: str) -> list[int]:
+        """Ids of a prompt: `text` as the user turn of the chat template, with the assistant header
+        (add_generation_prompt) when the tokenizer has a template; else `encode(text, add_special_tokens=True)`."""
+        if self.chat_template is None:
+            return self.encode(text, add_special_tokens=True)
+        return self.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+
     def render_chat(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True,
                     **kwargs) -> str:
         """The chat template's text of `messages` (transformers `apply_chat_template(tokenize=False)`)."""

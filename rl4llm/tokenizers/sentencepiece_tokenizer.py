@@ -85,6 +85,7 @@ class Tokenizer:
         self.unk_id: int = processor.unk_id()
         self.bos_id: int = processor.bos_id()
         self.eos_id: int = processor.eos_id()
+        self.stop_token_ids: tuple[int, ...] = (self.eos_id,)  # ids that end a generation
 
     @classmethod
     def load(cls, path: str) -> "Tokenizer":
@@ -95,6 +96,10 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``, without bos/eos."""
         return self._sp.encode(text, out_type=int)
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """Ids of a prompt: ``[bos] + encode(text)``."""
+        return [self.bos_id] + self.encode(text)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of exactly ``ids`` (no stopping at eos); pad/bos/eos are skipped. Ids outside

@@ -1,6 +1,7 @@
 """Host-side batch assembly: text -> padded token arrays with static, bucketed shapes.
 
-A sequence is `[prompt | completion]`: the prompt is `[bos] + tokens`, left-padded to a multiple
+A sequence is `[prompt | completion]`: the prompt is `tokenizer.encode_prompt(text)` (`[bos] + tokens` for
+the task tokenizers, the chat template's user turn for a HF tokenizer that has one), left-padded to a multiple
 of the prompt bucket; the completion is right-padded to `max_new_tokens`. Shapes depend only on
 the bucket, so a run compiles a handful of programs, not one per step.
 """
@@ -17,7 +18,7 @@ from rl4llm import sampling
 
 def encode_prompts(tokenizer, prompts: Sequence[str], bucket: int) -> tuple[np.ndarray, np.ndarray]:
     """Left-padded prompt tokens [N, P] and mask [N, P] (P = bucketed longest prompt)."""
-    ids = [[tokenizer.bos_id] + tokenizer.encode(p) for p in prompts]
+    ids = [tokenizer.encode_prompt(p) for p in prompts]
     return sampling.pad_prompts(ids, tokenizer.pad_id, bucket)
 
 

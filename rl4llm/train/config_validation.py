@@ -278,6 +278,38 @@ def _task_errors(config) -> list[str]:
     return errors
 
 
+def _model_errors(config) -> list[str]:
+    """HF checkpoint, precision and LoRA fields of config.model."""
+    errors = []
+    m = config.model
+    for path in ("model.dtype", "model.param_dtype"):
+        _check_choice(errors, config, path, {"float32", "bfloat16"})
+    if not isinstance(m.export_hf, bool):
+        errors.append(f"config.model.export_hf={m.export_hf!r}: must be True or False")
+    _check_positive_int(errors, config, "model.lora.rank", minimum=0)
+    _check_range(errors, config, "model.lora.alpha", 0.0, 1e6, low_open=True)
+    targets = tuple(m.lora.targets) if isinstance(m.lora.targets, (tuple, list)) else None
+    if not targets or set(targets) - set(models.LORA_TARGETS):
+        errors.append(
+            f"config.model.lora.targets={m.lora.targets!r}: must be a non-empty tuple of {', '.join(models.LORA_TARGETS)}"
+        )
+    if isinstance(m.lora.rank, int) and m.lora.rank > 0 and config.rl.ref_reset_every:
+        errors.append(
+            f"config.rl.ref_reset_every={config.rl.ref_reset_every}: with LoRA (config.model.lora.rank="
+            f"{m.lora.rank}) the KL reference is the frozen base (adapters off) and cannot be reset; set it to 0"
+        )
+    if m.hf_checkpoint:
+        try:
+            from rl4llm.models import hf_checkpoint  # the `hf` extra
+
+            hf_checkpoint.config_from_hf(hf_checkpoint.read_hf_config(m.hf_checkpoint))
+        except ImportError as e:
+            errors.append(f"config.model.hf_checkpoint: needs the hf extra (pip install -e '.[hf]'): {e}")
+        except (OSError, ValueError, KeyError) as e:
+            errors.append(f"config.model.hf_checkpoint={m.hf_checkpoint!r}: {e}")
+    return errors
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ConfigError listing every invalid field of `config`."""
     errors = []
@@ -300,6 +332,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_choice(errors, config, "task.reward", rewards.REWARDS)
     errors += _task_errors(config)
     _check_choice(errors, config, "model.preset", models.PRESETS)
+    errors += _model_errors(config)
 
     _check_range(errors, config, "sampling.temperature", 0.0, 100.0, low_open=True)
     _check_positive_int(errors, config, "sampling.top_k", minimum=0)

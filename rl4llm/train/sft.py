@@ -12,12 +12,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rl4llm.models import lora
 from rl4llm.train import logprobs as logprobs_lib
 
 
 class SFTState(flax.struct.PyTreeNode):
     params: dict
-    opt_state: optax.OptState
+    opt_state: optax.OptState  # of lora.trainable(params): the adapters alone for LoRA params
 
 
 def sft_loss(model_cfg, chunk_size: int, params, tokens, attention_mask, completion_mask):
@@ -33,9 +34,11 @@ def make_sft_step(model_cfg, optimizer: optax.GradientTransformation, chunk_size
     loss_fn = functools.partial(sft_loss, model_cfg, chunk_size)
 
     def step(state: SFTState, tokens, attention_mask, completion_mask):
-        loss, grads = jax.value_and_grad(loss_fn)(state.params, tokens, attention_mask, completion_mask)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
+        trainable = lora.trainable(state.params)
+        loss, grads = jax.value_and_grad(lambda t: loss_fn(lora.with_trainable(state.params, t), tokens,
+                                                           attention_mask, completion_mask))(trainable)
+        updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
+        params = lora.with_trainable(state.params, optax.apply_updates(trainable, updates))
         return SFTState(params=params, opt_state=opt_state), {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
     return jax.jit(step, donate_argnums=0)

@@ -26,6 +26,7 @@ import numpy as np
 
 from rl4llm import models
 from rl4llm import sampling
+from rl4llm.models import lora
 from rl4llm.data import tasks as tasks_lib
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import pipeline as pipeline_lib
@@ -65,14 +66,14 @@ class Setup:
 def build_setup(config, workdir: str) -> Setup:
     """Task, tokenizer (trained once and cached in the workdir), model config, sampler configs."""
     task = tasks_lib.build(config.task, config.seed)
-    tokenizer = task_tokenizer(workdir, task)
-    model_cfg = models.get_config(config.model.preset, vocab_size=tokenizer.vocab_size)
+    tokenizer = model_tokenizer(config, workdir, task)
+    model_cfg = model_config(config, tokenizer.vocab_size)
     rollout_cfg = sampling.SamplingConfig(
         max_new_tokens=config.sampling.max_new_tokens,
         temperature=config.sampling.temperature,
         top_k=config.sampling.top_k,
         top_p=config.sampling.top_p,
-        stop_token_ids=(tokenizer.eos_id,),
+        stop_token_ids=tokenizer.stop_token_ids,
         pad_id=tokenizer.pad_id,
     )
     eval_spec = evaluate_lib.EvalSpec(
@@ -92,6 +93,64 @@ def build_setup(config, workdir: str) -> Setup:
 
 # Training lines of the char tokenizer of a non-arithmetic task.
 _TOKENIZER_CORPUS_LINES = 2000
+
+
+def model_tokenizer(config, workdir: str, task: tasks_lib.Task):
+    """The HF checkpoint's tokenizer (tokenizer.json, chat template, stop ids) when config.model.hf_checkpoint
+    is set, else the task's char tokenizer (`task_tokenizer`)."""
+    if config.model.hf_checkpoint:
+        from rl4llm.tokenizers import hf_tokenizer  # the `hf` extra
+
+        return hf_tokenizer.HFTokenizer.load(config.model.hf_checkpoint)
+    return task_tokenizer(workdir, task)
+
+
+def model_config(config, vocab_size: int) -> models.ModelConfig:
+    """The policy's ModelConfig: the HF checkpoint's config.json, or the preset with the tokenizer's
+    vocabulary; with config.model's precision (dtype, param_dtype) and LoRA (lora.rank/alpha/targets)."""
+    m = config.model
+    fields = dict(
+        dtype=m.dtype,
+        param_dtype=m.param_dtype,
+        lora_rank=m.lora.rank,
+        lora_alpha=m.lora.alpha,
+        lora_targets=tuple(m.lora.targets) if m.lora.rank else (),
+    )
+    if m.hf_checkpoint:
+        from rl4llm.models import hf_checkpoint  # the `hf` extra
+
+        return hf_checkpoint.config_from_hf(hf_checkpoint.read_hf_config(m.hf_checkpoint), **fields)
+    return models.get_config(m.preset, vocab_size=vocab_size, **fields)
+
+
+def initial_params(config, model_cfg: models.ModelConfig, key):
+    """Warm-start params: the HF checkpoint's weights (config.model.hf_checkpoint, streamed and cast to
+    param_dtype) or a random init; with LoRA, fresh adapters on top (B = 0: the same function)."""
+    base_cfg = lora.base_config(model_cfg)
+    if config.model.hf_checkpoint:
+        from rl4llm.models import hf_checkpoint  # the `hf` extra
+
+        _, params = hf_checkpoint.load_hf_checkpoint(
+            config.model.hf_checkpoint, dtype=model_cfg.dtype, param_dtype=model_cfg.param_dtype
+        )
+    else:
+        params = models.init_params(base_cfg, key)
+    return lora.add_adapters(model_cfg, params, jax.random.fold_in(key, 1)) if model_cfg.lora_rank else params
+
+
+def export_hf(config, setup: Setup, params, out_dir: str) -> None:
+    """Writes the policy as a HF model directory (LoRA merged into the weights; the imported checkpoint's
+    config.json fields and tokenizer files carried over when there is one), loadable by transformers / vLLM."""
+    from rl4llm.models import hf_checkpoint  # the `hf` extra
+
+    cfg, merged = lora.merge(setup.model_cfg, params)
+    source = config.model.hf_checkpoint or None
+    hf_checkpoint.save_hf_checkpoint(
+        cfg, merged, out_dir,
+        base_config=hf_checkpoint.read_hf_config(source) if source else None,
+        copy_files_from=source,
+    )
+    print(f"exported the policy (Hugging Face format) to {out_dir}", flush=True)
 
 
 def task_tokenizer(workdir: str, task: tasks_lib.Task) -> sentencepiece_tokenizer.Tokenizer:
@@ -158,8 +217,8 @@ def run_sft(config, setup: Setup, key, writer: metrics_lib.MetricsWriter, workdi
         cfg.learning_rate, cfg.warmup_steps, cfg.weight_decay, cfg.grad_clip,
         schedule=cfg.lr_schedule, total_steps=cfg.steps,
     )
-    params = models.init_params(setup.model_cfg, jax.random.fold_in(key, 0))
-    state = sft_lib.SFTState(params=params, opt_state=optimizer.init(params))
+    params = initial_params(config, setup.model_cfg, jax.random.fold_in(key, 0))
+    state = sft_lib.SFTState(params=params, opt_state=optimizer.init(lora.trainable(params)))
     ckpt = checkpointing.Checkpointer(
         os.path.join(workdir, "checkpoints", "sft"), max_to_keep=config.checkpoint.max_to_keep
     )
@@ -373,7 +432,7 @@ def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
     adv_scores = jnp.asarray(scores)
     current_kl = None
     if rl.kl_in_reward:
-        ref_logp = programs.behaviour_fn(state.ref_params, tokens, attention_mask)[0]
+        ref_logp = programs.behaviour_fn(learner_lib.reference_params(state), tokens, attention_mask)[0]
         kl_coef = rl.kl_coef if state.kl_coef is None else state.kl_coef
         rewards, current_kl = kl_lib.kl_in_reward(
             registry.last_token_rewards(adv_scores, mask), behaviour[0], ref_logp, mask, coef=kl_coef, kind=rl.kl_kind
@@ -456,8 +515,9 @@ def init_rl_state(config, init_params, optimizer, key) -> learner_lib.TrainState
     rl = config.rl
     return learner_lib.TrainState(
         params=init_params,
-        opt_state=optimizer.init(init_params),
-        ref_params=jax.tree.map(jnp.copy, init_params) if rl.kl_coef > 0 else None,
+        opt_state=optimizer.init(lora.trainable(init_params)),
+        # LoRA: the reference is the frozen base with adapters off (learner.reference_params), no copy.
+        ref_params=jax.tree.map(jnp.copy, init_params) if rl.kl_coef > 0 and not lora.has_adapters(init_params) else None,
         key=jax.random.key_data(jax.random.fold_in(key, 1)),
         kl_coef=jnp.asarray(rl.kl_coef, jnp.float32) if rl.kl_target > 0 else None,
         entropy_coef=jnp.asarray(rl.entropy_coef, jnp.float32) if rl.entropy_target > 0 else None,
@@ -553,14 +613,16 @@ def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
         )
     )
     print(
-        f"model {config.model.preset}: {num_params / 1e6:.2f}M params, {setup.model_cfg}; " f"devices: {jax.devices()}",
+        f"model {config.model.hf_checkpoint or config.model.preset}: {num_params / 1e6:.2f}M params, {setup.model_cfg}; " f"devices: {jax.devices()}",
         flush=True,
     )
     try:
         sft_params, sft_eval = run_sft(config, setup, key, writer, workdir)
-        _, rl_eval, rl_steps = run_rl(
+        rl_params, rl_eval, rl_steps = run_rl(
             config, setup, sft_params, key, writer, workdir, stop_after_step=stop_after_rl_step
         )
+        if config.model.export_hf:
+            export_hf(config, setup, rl_params, os.path.join(workdir, "hf_export"))
     finally:
         setup.rewards.close()  # the scoring worker processes
     writer.close()
