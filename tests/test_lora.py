@@ -116,3 +116,19 @@ def test_learner_trains_only_the_adapters_with_the_base_as_kl_reference(base):
     changed = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))), old_adapters, new_adapters)
     assert all(jax.tree.leaves(changed)), changed
     assert kls[0] == 0.0 and kls[2] > 0.0
+
+
+def test_bf16_compute_keeps_float32_master_weights_and_log_probs(base):
+    """dtype=bfloat16, param_dtype=float32: matmuls in bf16, params (the optimizer's master copy), logits,
+    log-probs and the update in float32; log-probs stay close to the float32 model's."""
+    from rl4llm.train import logprobs as logprobs_lib
+
+    bf16 = dataclasses.replace(CFG, dtype="bfloat16")
+    params = lora.add_adapters(CFG, base, jax.random.key(1))
+    logp32, _ = logprobs_lib.completion_logprobs(CFG, params, TOKENS, MASK, 4)
+    logp16, _ = logprobs_lib.completion_logprobs(bf16, params, TOKENS, MASK, 4)
+    assert logp16.dtype == jnp.float32 and _logits(bf16, params).dtype == np.float32
+    assert 0 < np.abs(np.asarray(logp16 - logp32)).max() < 0.05  # bf16 rounding, not a different model
+    grads = jax.grad(lambda t: jnp.sum(logprobs_lib.completion_logprobs(
+        bf16, lora.with_trainable(params, t), TOKENS, MASK, 4)[0]))(lora.trainable(params))
+    assert {x.dtype for x in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
