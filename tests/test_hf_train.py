@@ -1,7 +1,7 @@
-"""The main job on a Hugging Face model directory: checkpoint + tokenizer.json + chat template, LoRA, KL to the
-base, bf16 compute, merged export. The directory is written here (random nano Qwen2 weights, a BPE tokenizer
-trained on the task's text)."""
+"""The GSM8K recipes on Hugging Face model directories: checkpoint + tokenizer.json + chat template, LoRA, KL to
+the base, bf16 compute, merged export. The directories are written here (random nano weights, a BPE tokenizer)."""
 
+import importlib
 import json
 
 import jax
@@ -9,9 +9,8 @@ import numpy as np
 import tokenizers
 from tokenizers import decoders, models as tok_models, pre_tokenizers, trainers
 
-from configs import default
 from rl4llm import models
-from rl4llm.models import hf_checkpoint, lora
+from rl4llm.models import hf_checkpoint
 from rl4llm.tokenizers import hf_tokenizer
 from rl4llm.train import config_validation, trainer
 
@@ -21,12 +20,14 @@ CHATML = (
 )
 
 
-def _hf_model_dir(path):
-    """A Qwen2-architecture model directory with a ChatML tokenizer (eos <|im_end|>, pad <pad>)."""
+def _hf_model_dir(path, **model_overrides):
+    """A model directory (Qwen2 architecture unless overridden) with a ChatML tokenizer (eos <|im_end|>, pad <pad>)."""
     tok = tokenizers.Tokenizer(tok_models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    corpus = [f"{a}+{b}={a + b};#{a + b}" for a in range(10) for b in range(10)] + ["user", "assistant"]
+    corpus = [f"Tom has {a} apples and buys {b} more. How many apples does he have? {a} + {b} = {a + b}\n#### {a + b}"
+              for a in range(10) for b in range(10)]
+    corpus += ["user assistant Let's think step by step and output the final answer after \"####\"."] * 10
     tok.train_from_iterator(corpus, trainers.BpeTrainer(
         vocab_size=320, special_tokens=["<pad>", "<|im_start|>", "<|im_end|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
@@ -34,52 +35,59 @@ def _hf_model_dir(path):
     tok.save(str(path / "tokenizer.json"))
     (path / "tokenizer_config.json").write_text(json.dumps(
         {"eos_token": "<|im_end|>", "pad_token": "<pad>", "chat_template": CHATML}))
-    cfg = models.get_config("nano", vocab_size=tok.get_vocab_size())
+    cfg = models.get_config("nano", vocab_size=tok.get_vocab_size(), **model_overrides)
     hf_checkpoint.save_hf_checkpoint(cfg, models.init_params(cfg, jax.random.key(3)), str(path))
     return str(path)
 
 
-def _config(model_dir):
-    c = default.get_config()
-    c.model.hf_checkpoint = model_dir
-    c.model.export_hf = True
-    c.model.dtype = "bfloat16"  # bf16 compute over float32 master weights
-    c.model.lora.rank = 4
-    c.model.lora.targets = ("q_proj", "v_proj", "down_proj")
-    c.task.min_operands = c.task.max_operands = 2
-    c.task.operators = "+"
-    c.sampling.max_new_tokens = 8
-    c.sampling.prompt_bucket = 8
-    c.sft.steps = 3
-    c.sft.batch_size = 8
-    c.rl.steps = 2
-    c.rl.num_prompts = 2
-    c.rl.num_generations = 4
-    c.rl.kl_coef = 0.05
-    c.eval.num_examples = 4
-    c.eval.every = 2
-    c.eval.pass_n = 2
-    c.eval.pass_k = (1, 2)
-    c.log_every = 1
+def _gsm8k_files(path):
+    """Tiny GSM8K-format train / test JSON-lines files."""
+    rows = [{"question": f"Tom has {a} apples and buys {b} more. How many apples does he have?",
+             "answer": f"{a} + {b} = {a + b}\n#### {a + b}"} for a in range(1, 7) for b in range(1, 4)]
+    for name, part in (("train", rows[:12]), ("test", rows[12:])):
+        (path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    return str(path / "train.jsonl"), str(path / "test.jsonl")
+
+
+def _recipe(name, tmp_path, **model_overrides):
+    """Recipe `name` pointed at a tiny random checkpoint directory and GSM8K-format files."""
+    c = importlib.import_module(f"configs.{name}").get_config()
+    c.model.hf_checkpoint = _hf_model_dir(tmp_path / "model", **model_overrides)
+    c.task.local.train_path, c.task.local.test_path = _gsm8k_files(tmp_path)
     return c
 
 
-def test_lora_run_on_a_hf_checkpoint_exports_a_merged_model(tmp_path):
-    model_dir = _hf_model_dir(tmp_path / "model")
+def test_qwen_gsm8k_recipe_runs_lora_on_a_hf_checkpoint_and_exports_a_merged_model(tmp_path):
+    """configs/qwen2_5_0_5b_gsm8k.py on a tiny Qwen2 directory: chat-template prompts, math reward, LoRA SFT and
+    GRPO with KL to the base (adapters off), bf16 compute; the merged export keeps the frozen weights bitwise and
+    changes the adapted kernels by a rank <= r update."""
+    c = _recipe("qwen2_5_0_5b_gsm8k", tmp_path)
+    c.task.reward_workers = 0
+    c.task.local.solution_field = "answer"  # a 2-step LoRA SFT stage as well
+    c.model.lora.rank = 4
+    c.model.lora.targets = ("q_proj", "v_proj", "down_proj")
+    c.sampling.max_new_tokens = 12
+    c.sft.steps = 2
+    c.sft.batch_size = 4
+    c.rl.steps = 1
+    c.rl.num_prompts = 2
+    c.rl.num_generations = 2
+    c.rl.micro_batch_size = 1
+    c.eval.num_examples = 2
+    c.eval.pass_n = 2
+    c.eval.pass_k = (1, 2)
     workdir = tmp_path / "run"
-    summary = trainer.run(_config(model_dir), str(workdir))
-    assert summary["rl_steps"] == 2
+    summary = trainer.run(c, str(workdir))
+    assert summary["rl_steps"] == 1
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-    rl = [r for r in records if r.get("stage") == "rl" and "kl" in r]
-    assert rl and all(np.isfinite(r["kl"]) for r in rl)
+    assert [r for r in records if r.get("stage") == "rl" and np.isfinite(r.get("kl", np.nan))]
 
     export = workdir / "hf_export"
     assert (export / "tokenizer.json").exists() and (export / "tokenizer_config.json").exists()
     assert hf_tokenizer.HFTokenizer.load(str(export)).stop_token_ids == (2,)  # <|im_end|>
-    _, source = hf_checkpoint.load_hf_checkpoint(model_dir)
+    _, source = hf_checkpoint.load_hf_checkpoint(c.model.hf_checkpoint)
     cfg, exported = hf_checkpoint.load_hf_checkpoint(str(export))
     assert cfg.lora_rank == 0 and cfg.param_dtype == "float32"
-    # The frozen base is untouched; adapted kernels differ by the merged low-rank update.
     np.testing.assert_array_equal(exported["embed"], source["embed"])
     for i in range(cfg.num_layers):
         layer, src = exported["layers"][i], source["layers"][i]
@@ -89,8 +97,18 @@ def test_lora_run_on_a_hf_checkpoint_exports_a_merged_model(tmp_path):
         assert np.abs(delta).max() > 0 and np.linalg.matrix_rank(delta, tol=1e-6) <= 4
 
 
+def test_llama_gsm8k_recipe_validates_on_a_llama_checkpoint(tmp_path):
+    c = _recipe("llama3_2_1b_gsm8k", tmp_path, qkv_bias=False,
+                rope_scaling=models.get_config("llama3.2-1b").rope_scaling)
+    config_validation.validate(c)
+    assert hf_checkpoint.read_hf_config(c.model.hf_checkpoint)["architectures"] == ["LlamaForCausalLM"]
+    cfg = trainer.model_config(c, vocab_size=0)
+    assert cfg.rope_scaling == models.get_config("llama3.2-1b").rope_scaling and cfg.lora_rank == 32
+
+
 def test_model_fields_are_validated(tmp_path):
-    c = _config(str(tmp_path / "missing"))
+    c = importlib.import_module("configs.qwen2_5_0_5b_gsm8k").get_config()
+    c.model.hf_checkpoint = str(tmp_path / "missing")
     c.model.dtype = "float16"
     c.model.lora.targets = ("qkv_proj",)
     c.rl.ref_reset_every = 5
@@ -104,3 +122,4 @@ def test_model_fields_are_validated(tmp_path):
     assert "config.model.lora.targets=('qkv_proj',)" in message
     assert "config.rl.ref_reset_every=5: with LoRA" in message
     assert "config.model.hf_checkpoint=" in message and "no config.json" in message
+
