@@ -13,6 +13,7 @@ from configs import default
 from rl4llm import models
 from rl4llm import rewards
 from rl4llm.rewards import arithmetic as arithmetic_reward
+from rl4llm.train import checkpointing
 from rl4llm.train import config_validation
 from rl4llm.train import evaluate
 from rl4llm.train import learner as learner_lib
@@ -91,6 +92,20 @@ def test_corrupted_latest_checkpoint_falls_back_with_warning(tmp_path, caplog):
     trainer.run(config, fresh)
     for step in (3, 4, 5, 6):
         assert _comparable(_rl_records(workdir)[step]) == _comparable(_rl_records(fresh)[step])
+
+
+def test_changed_config_on_resume_is_a_clear_error_and_moves_nothing(tmp_path):
+    """A checkpoint written with another optimizer (here: no warm-up, so no schedule count) is not corruption:
+    resuming names the differing entry and leaves every checkpoint where it was."""
+    config = tiny_config()
+    workdir = str(tmp_path / "run")
+    trainer.run(config, workdir, stop_after_rl_step=2)
+    before = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
+    config.rl.warmup_steps = 0
+    with pytest.raises(checkpointing.CheckpointMismatchError, match=r"opt_state\.1\.2\.count: only in the checkpoint"):
+        trainer.run(config, workdir)
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == before
+    assert os.listdir(os.path.join(workdir, "checkpoints", "rl")) != []
 
 
 def test_outputs_and_sampler_learner_agreement(tmp_path):

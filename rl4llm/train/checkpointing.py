@@ -10,7 +10,9 @@ One `Checkpointer` per stage (`<workdir>/checkpoints/<stage>`). A checkpoint hol
 restore (a crash mid-write on a filesystem without atomic rename, a truncated file) is
 reported with a warning naming the step and the error, moved aside to
 `<directory>/../<stage>.unreadable/<step>` (kept for inspection, never deleted), and the previous
-one is used.
+one is used. A checkpoint that is readable but holds a differently shaped state (the config changed
+since it was written: optimizer schedule, model preset, KL on/off, ...) is not corruption: restoring
+raises `CheckpointMismatchError` naming the differing entries, and nothing is moved.
 """
 
 from __future__ import annotations
@@ -22,6 +24,39 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
+
+
+class CheckpointMismatchError(ValueError):
+    """A readable checkpoint whose state differs in structure or shapes from this run's state."""
+
+
+def _orbax_name(path) -> str:
+    """Orbax's dotted name of a pytree key path, e.g. `opt_state.1.0.count`."""
+    parts = []
+    for key in path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+    return ".".join(parts)
+
+
+def state_signature(tree) -> dict[str, tuple[int, ...]]:
+    """{Orbax name: shape} of every array leaf of a state pytree (concrete, abstract, or Orbax metadata)."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {_orbax_name(path): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def signature_differences(saved: dict, expected: dict, limit: int = 5) -> list[str]:
+    """Human-readable differences between a checkpoint's signature and this run's (at most `limit`)."""
+    diffs = [f"{n}: only in the checkpoint" for n in sorted(saved.keys() - expected.keys())]
+    diffs += [f"{n}: missing from the checkpoint" for n in sorted(expected.keys() - saved.keys())]
+    diffs += [
+        f"{n}: shape {saved[n]} in the checkpoint, {expected[n]} in this run"
+        for n in sorted(saved.keys() & expected.keys())
+        if saved[n] != expected[n]
+    ]
+    return diffs[:limit]
 
 
 @dataclasses.dataclass
@@ -39,6 +74,7 @@ class Checkpointer:
             directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
             item_names=("state", "meta"),
+            item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()},
         )
 
     def save(self, step: int, state: Any, meta: dict) -> None:
@@ -57,7 +93,9 @@ class Checkpointer:
         """Restores the newest readable checkpoint onto `target`'s structure, dtypes and shardings.
 
         `target` may hold concrete arrays or `jax.ShapeDtypeStruct`s. Returns None when no
-        checkpoint exists; raises if checkpoints exist but none can be read.
+        checkpoint exists; raises if checkpoints exist but none can be read, and
+        `CheckpointMismatchError` (moving nothing) if the newest readable one holds a state of another
+        structure than `target`.
         """
         steps = self.all_steps()
         if not steps:
@@ -65,6 +103,7 @@ class Checkpointer:
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
         errors = []
         for step in reversed(steps):
+            self._check_signature(step, abstract)
             try:
                 restored = self._manager.restore(
                     step,
@@ -85,6 +124,21 @@ class Checkpointer:
                 continue
             return Restored(step=step, state=restored.state, meta=dict(restored.meta))
         raise RuntimeError(f"No readable checkpoint in {self._manager.directory}: {errors}")
+
+    def _check_signature(self, step: int, abstract: Any) -> None:
+        """Raises CheckpointMismatchError if checkpoint `step`'s metadata is readable and describes a state
+        with other leaves or shapes than `abstract` (an unreadable one is left to the corruption path)."""
+        try:
+            saved = state_signature(self._manager.item_metadata(step)["state"])
+        except Exception:  # pylint: disable=broad-except  (unreadable metadata: treated as corruption)
+            return
+        diffs = signature_differences(saved, state_signature(abstract))
+        if diffs:
+            raise CheckpointMismatchError(
+                f"Checkpoint step {step} in {self._manager.directory} holds a state of another structure than "
+                f"this run's ({'; '.join(diffs)}): the config changed since it was written. Use a new --workdir, "
+                f"or run with the config saved in the workdir's config.json. Nothing was moved."
+            )
 
     def _quarantine(self, step: int) -> str:
         """Moves checkpoint `step` out of the manager's directory so the step can be written again."""
