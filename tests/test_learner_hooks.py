@@ -17,6 +17,7 @@ from rl4llm import models
 from rl4llm.rl import entropy as entropy_lib
 from rl4llm.train import config_validation
 from rl4llm.train import learner as learner_lib
+from rl4llm.train import logprobs as logprobs_lib
 from rl4llm.train import trainer
 
 MODEL_CFG = models.get_config("nano", vocab_size=16)
@@ -295,6 +296,23 @@ def test_token_selecting_losses_are_invariant_to_micro_batching(params, loss, kw
     for key in ("loss/pg", "entropy", "clip_frac" if loss == "clip_cov" else "token_weight_mean"):
         np.testing.assert_allclose(m_split[key], m_whole[key], rtol=1e-5, atol=1e-7)
     _assert_trees_close(split, whole, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_completion_logprobs_use_the_models_output_projection(tied):
+    """`logprobs.unembedding` is the matrix `models.unembed` multiplies by (tied embedding or lm head)."""
+    cfg = models.get_config("nano", vocab_size=16, tie_embeddings=tied)
+    params = models.init_params(cfg, jax.random.key(2))
+    batch = _batch()
+    logp, _ = jax.jit(
+        lambda p: logprobs_lib.completion_logprobs(cfg, p, batch.tokens, batch.attention_mask, 5, chunk_size=2,
+                                                   vocab_chunk_size=6)
+    )(params)
+    positions = models.positions_from_mask(batch.attention_mask)
+    logits, _ = models.apply(cfg, params, batch.tokens, positions, batch.attention_mask)
+    full = jax.nn.log_softmax(logits[:, 2:-1])
+    expected = jnp.take_along_axis(full, batch.tokens[:, 3:, None], -1)[..., 0]
+    np.testing.assert_allclose(logp, expected, rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------ validation
