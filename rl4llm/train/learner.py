@@ -6,8 +6,9 @@ name) with optional per-token weights (truncated IS against the sampler, a token
 adds the KL and entropy terms (fixed coefficients, or adaptive ones carried in the TrainState),
 applies one optax update, and logs whole-batch token statistics (entropy percentiles, Cov(logp, A)). Gradient accumulation over
 micro-batches is a `lax.scan` inside the step; the loss of every term is aggregated with
-whole-batch weights (`rl.aggregation.aggregation_weights`), so the update does not depend on
-the micro-batch size (nor on how the batch is sharded across devices).
+whole-batch weights (`rl.aggregation.aggregation_weights`), and losses that select or weight
+tokens by batch statistics get those of the whole minibatch (`minibatch_token_stats`), so the
+update does not depend on the micro-batch size (nor on how the batch is sharded across devices).
 """
 
 from __future__ import annotations
