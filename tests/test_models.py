@@ -81,6 +81,9 @@ def test_kv_cache_decoding_matches_full_forward(overrides):
     assert float(jnp.std(expected[mask])) > 0.1  # logits are informative, the comparison is not vacuous
     np.testing.assert_array_equal(cache.key_mask[:, :9], mask)
     assert not np.any(cache.key_mask[:, 9:])
+    # One [B, Hkv, S, D] array per layer (the layout the attention dots read); slots 9.. never written.
+    assert [k.shape for k in cache.k] == [(2, cfg.num_kv_heads, 12, cfg.head_dim)] * cfg.num_layers
+    assert not np.any(np.stack(cache.k)[:, :, :, 9:]) and not np.any(np.stack(cache.v)[:, :, :, 9:])
 
 
 def test_causal_masking():
@@ -219,7 +222,7 @@ def test_query_chunked_attention_equals_unchunked():
     rng = np.random.default_rng(0)
     b, l, s, h, hkv, d = 2, 11, 13, 4, 2, 8
     q = jnp.asarray(rng.normal(size=(b, l, h, d)), jnp.float32)
-    k, v = (jnp.asarray(rng.normal(size=(b, s, hkv, d)), jnp.float32) for _ in range(2))
+    k, v = (jnp.asarray(rng.normal(size=(b, hkv, s, d)), jnp.float32) for _ in range(2))
     key_mask = np.ones((b, s), bool)
     key_mask[1, :4] = False
     mask = attention_mask_for(jnp.arange(2, 2 + l), jnp.asarray(key_mask))  # [B, L, S]
