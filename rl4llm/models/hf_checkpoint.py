@@ -306,6 +306,8 @@ def load_hf_checkpoint(
     config.json, raise CheckpointError naming the tensor and its file.
     """
     cfg = config_from_hf(read_hf_config(model_dir), **config_overrides)
+    if cfg.lora_rank:
+        raise CheckpointError("load_hf_checkpoint loads the base model; add LoRA adapters with lora.add_adapters.")
     files = _tensor_files(model_dir)
     shardings = sharding_lib.param_shardings(cfg, mesh, rules) if mesh is not None else None
     entries = list(_param_entries(cfg))
