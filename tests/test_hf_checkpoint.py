@@ -208,3 +208,45 @@ def test_import_places_params_with_their_sharding(hf_dirs):
                             text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK" in result.stdout
+
+
+# The published config.json files (legacy rope_theta / rope_scaling keys, as written by transformers 4.x).
+QWEN2_5_0_5B_INSTRUCT = {
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645,
+    "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02, "intermediate_size": 4864,
+    "max_position_embeddings": 32768, "max_window_layers": 21, "model_type": "qwen2", "num_attention_heads": 14,
+    "num_hidden_layers": 24, "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "sliding_window": 32768, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
+    "use_sliding_window": False, "vocab_size": 151936,
+}
+LLAMA3_2_1B_INSTRUCT = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009], "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": False,
+    "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
+    "vocab_size": 128256,
+}
+
+
+@pytest.mark.parametrize("hf, preset", [(QWEN2_5_0_5B_INSTRUCT, "qwen2.5-0.5b"), (LLAMA3_2_1B_INSTRUCT, "llama3.2-1b")])
+def test_published_configs_map_to_the_presets(hf, preset):
+    cfg = hf_checkpoint.config_from_hf(hf)
+    assert cfg == models.get_config(preset)
+    assert hf_checkpoint.config_from_hf(hf_checkpoint.hf_config_from(cfg)) == cfg  # a fresh config.json round-trips
+
+
+def test_real_size_tensor_names_and_shapes():
+    """The Qwen2.5-0.5B layout as its model.safetensors stores it (tied: no lm_head)."""
+    entries = {name: shape for _, _, name, shape, _ in hf_checkpoint._param_entries(models.get_config("qwen2.5-0.5b"))}
+    assert len(entries) == 24 * 12 + 2 and "lm_head.weight" not in entries
+    assert entries["model.embed_tokens.weight"] == (151936, 896)
+    assert entries["model.layers.23.self_attn.q_proj.weight"] == (896, 896)
+    assert entries["model.layers.0.self_attn.k_proj.weight"] == (128, 896)
+    assert entries["model.layers.0.self_attn.v_proj.bias"] == (128,)
+    assert entries["model.layers.0.self_attn.o_proj.weight"] == (896, 896)
+    assert entries["model.layers.0.mlp.down_proj.weight"] == (896, 4864)
+    assert entries["model.layers.0.post_attention_layernorm.weight"] == (896,)
