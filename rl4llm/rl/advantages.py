@@ -478,7 +478,7 @@ def gae(
     mask: jax.Array,  # [N, T]
     *,
     gamma: float = 1.0,
-    lam: float = 1.0,
+    lam: float = 0.95,
 ) -> tuple[jax.Array, jax.Array]:  # ([N, T], [N, T])
     """Generalised Advantage Estimation (Schulman et al. 2016; verl `compute_gae_advantage_return`).
 
@@ -490,7 +490,7 @@ def gae(
         next_v = V_t·m_t + (1−m_t)·next_v;  last = last'·m_t + (1−m_t)·last;  adv_t = last
     returns = adv + V (before whitening);  advantages = masked_whiten(adv, m) (global, not zeroed)
     ```
-    Defaults γ = λ = 1 are verl's; LLM PPO recipes typically use λ = 0.95.
+    Defaults γ = 1, λ = 0.95 (LLM PPO recipes, e.g. Lite-PPO/ROLL); verl's AlgoConfig default is λ = 1.
     """
     rewards = _float(rewards)
     values = values.astype(rewards.dtype)

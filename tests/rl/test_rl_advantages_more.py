@@ -45,10 +45,10 @@ def _gae_ref(r, v, m, gamma, lam):
     return _whiten_ref(adv_, m), adv_ + v
 
 
-@pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (0.9, 0.95)])
-def test_gae_matches_reference_loop_with_holes(gamma, lam):
-    rng = np.random.default_rng(0)
-    m = _mask_with_holes(0)
+@pytest.mark.parametrize("gamma,lam,seed", [(1.0, 1.0, 0), (0.9, 0.95, 1), (0.99, 0.5, 2), (0.5, 0.0, 3)])
+def test_gae_matches_reference_loop_with_holes(gamma, lam, seed):
+    rng = np.random.default_rng(seed)
+    m = _mask_with_holes(seed)
     r = rng.normal(size=m.shape).astype(np.float32)
     v = rng.normal(size=m.shape).astype(np.float32)
     a, ret = adv.gae(jnp.asarray(r), jnp.asarray(v), jnp.asarray(m), gamma=gamma, lam=lam)
@@ -62,8 +62,19 @@ def test_gae_zero_values_gives_final_reward_everywhere():
     scores = jnp.arange(1.0, m.shape[0] + 1)
     r = registry.last_token_rewards(scores, jnp.asarray(m))
     _, returns = adv.gae(r, jnp.zeros_like(r), jnp.asarray(m), gamma=1.0, lam=1.0)
+    # With V = 0, returns = raw (unwhitened) advantages: every valid token's advantage is the final reward.
     expected = np.broadcast_to(np.asarray(scores)[:, None], m.shape)
     np.testing.assert_allclose(np.asarray(returns)[m > 0], expected[m > 0], rtol=1e-6)
+
+
+def test_gae_hand_case_and_default_lambda():
+    # One row, r = [0, 0, 1], V = [0.5, 0.5, 0.5], γ = 1, λ = 0.95 (the defaults):
+    # δ_2 = 1 − 0.5 = 0.5;  δ_1 = 0 + 0.5 − 0.5 = 0;  δ_0 = 0
+    # A_2 = 0.5;  A_1 = 0 + 0.95·0.5 = 0.475;  A_0 = 0.95·0.475 = 0.45125;  returns = A + V
+    r = jnp.array([[0.0, 0.0, 1.0]])
+    v = jnp.full((1, 3), 0.5)
+    _, returns = eager_advantages.gae(r, v, jnp.ones((1, 3)))
+    np.testing.assert_allclose(returns, [[0.95125, 0.975, 1.0]], rtol=1e-6)
 
 
 def test_gae_observation_tokens_are_transparent():

@@ -178,6 +178,17 @@ def test_value_loss_hand_case():
     assert m["vf_clip_frac"] == 1.0
 
 
+def test_value_loss_unclipped_and_masked_hand_case():
+    # Row 0: v = 0.2, v_old = 0, R = 1, c = 0.5: v inside the clip range, v_clip = v -> (0.8)² = 0.64.
+    # Row 0, token 1: v = 3, v_old = 0, R = 0 -> v_clip = 0.5; max(9, 0.25) = 9 (clipping only ever raises the loss).
+    # Row 1: masked out (v = 100 would dominate). token-mean: ½·(0.64 + 9)/2 = 2.41; no token had its clip win.
+    v = jnp.array([[0.2, 3.0], [100.0, 100.0]])
+    loss, m = losses.value_loss(v, jnp.zeros_like(v), jnp.array([[1.0, 0.0], [0.0, 0.0]]),
+                                jnp.array([[1.0, 1.0], [0.0, 0.0]]), clip=0.5)
+    np.testing.assert_allclose(loss, 2.41, rtol=1e-6)
+    assert m["vf_clip_frac"] == 0.0
+
+
 def test_truncated_is_weights():
     old = jnp.log(jnp.array([[0.6, 0.2, 0.3]]))
     sampler = jnp.log(jnp.array([[0.2, 0.4, 0.3]]))
