@@ -58,6 +58,10 @@ def get_config() -> ml_collections.ConfigDict:
     # dtype="bfloat16", param_dtype="float32"; pure bf16 (half the param memory, no fp32 master): both "bfloat16".
     c.model.dtype = "float32"
     c.model.param_dtype = "float32"
+    # What the learner's backward pass keeps of each decoder block (rl4llm.models.ModelConfig.remat): "none" keeps
+    # every activation (fastest; right for the arith model, whose activations are tiny), "full" only block inputs
+    # (one extra block forward; for long sequences / large models), "dots" the matmul outputs.
+    c.model.remat = "none"
     # LoRA (rl4llm.models.lora): rank > 0 trains only low-rank adapters on `targets`; the base is frozen (no gradient,
     # no optimizer state) and, with KL on, is the reference policy (adapters off: no second copy).
     c.model.lora = ml_collections.ConfigDict()

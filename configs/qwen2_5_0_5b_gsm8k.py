@@ -50,6 +50,7 @@ def get_config():
     c.model.export_hf = True
     c.model.dtype = "bfloat16"  # bf16 matmuls over float32 master weights; log-probs and losses in float32
     c.model.param_dtype = "float32"
+    c.model.remat = "full"  # keep only block inputs for the backward pass (long GSM8K rollouts)
     c.model.lora.rank = 32
     c.model.lora.alpha = 32.0
     c.model.lora.targets = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -204,6 +204,7 @@ def test_pass_at_k_hand_computed(n, c, k, expected):
         ("task.operators", "/", "config.task.operators='/'"),
         ("eval.pass_k", (1, 8), "config.eval.pass_k=(1, 8)"),
         ("rl.lr_schedule", "linear", "config.rl.lr_schedule='linear': unknown; allowed: constant, cosine"),
+        ("model.remat", "all", "config.model.remat='all': unknown; allowed: dots, full, none"),
     ],
 )
 def test_config_validation_names_the_field(field, value, message):

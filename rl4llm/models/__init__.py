@@ -1,5 +1,5 @@
 """Decoder-only language models: configs/presets and the functional (pure-pytree) API."""
-from rl4llm.models.config import LORA_TARGETS, PRESETS, ModelConfig, get_config
+from rl4llm.models.config import LORA_TARGETS, PRESETS, REMAT_MODES, ModelConfig, get_config
 from rl4llm.models.decoder import (
     KVCache,
     Params,
@@ -13,6 +13,6 @@ from rl4llm.models.decoder import (
 )
 
 __all__ = [
-    "LORA_TARGETS", "PRESETS", "ModelConfig", "get_config", "KVCache", "Params", "apply", "forward", "init_cache",
+    "LORA_TARGETS", "PRESETS", "REMAT_MODES", "ModelConfig", "get_config", "KVCache", "Params", "apply", "forward", "init_cache",
     "init_params", "param_logical_axes", "positions_from_mask", "unembed",
 ]

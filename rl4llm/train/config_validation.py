@@ -284,6 +284,7 @@ def _model_errors(config) -> list[str]:
     m = config.model
     for path in ("model.dtype", "model.param_dtype"):
         _check_choice(errors, config, path, {"float32", "bfloat16"})
+    _check_choice(errors, config, "model.remat", models.REMAT_MODES)
     if not isinstance(m.export_hf, bool):
         errors.append(f"config.model.export_hf={m.export_hf!r}: must be True or False")
     _check_positive_int(errors, config, "model.lora.rank", minimum=0)

@@ -107,11 +107,12 @@ def model_tokenizer(config, workdir: str, task: tasks_lib.Task):
 
 def model_config(config, vocab_size: int) -> models.ModelConfig:
     """The policy's ModelConfig: the HF checkpoint's config.json, or the preset with the tokenizer's
-    vocabulary; with config.model's precision (dtype, param_dtype) and LoRA (lora.rank/alpha/targets)."""
+    vocabulary; with config.model's precision (dtype, param_dtype), remat and LoRA (lora.rank/alpha/targets)."""
     m = config.model
     fields = dict(
         dtype=m.dtype,
         param_dtype=m.param_dtype,
+        remat=m.remat,
         lora_rank=m.lora.rank,
         lora_alpha=m.lora.alpha,
         lora_targets=tuple(m.lora.targets) if m.lora.rank else (),
