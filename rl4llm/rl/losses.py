@@ -23,8 +23,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl.aggregation import (aggregate, masked_mean, masked_quantile, masked_sum, replicated, require,
-                                   weighted_sum)
+from rl4llm.rl.aggregation import (aggregate, masked_mean, masked_quantile, masked_sum, masked_var, replicated,
+                                   require, weighted_sum)
 from rl4llm.rl.entropy import normalized_entropy_scores, steer_token_weights
 from rl4llm.rl.kl import estimate
 
@@ -535,6 +535,16 @@ def value_loss(
     loss2 = jnp.square(clipped - returns)
     loss = 0.5 * _reduce(jnp.maximum(loss1, loss2), mask, agg_mode, agg_weights, None)
     return loss, {"vf_clip_frac": _frac(loss2 > loss1, mask)}
+
+
+def explained_variance(
+    values: jax.Array,  # [N, T] value predictions
+    returns: jax.Array,  # [N, T] value targets
+    mask: jax.Array,  # [N, T]
+) -> jax.Array:  # []
+    """`1 − Var_m(R − V) / (Var_m(R) + 1e-5)` over the valid tokens of the batch (verl `vf_explained_var`,
+    unbiased masked variances): 1 for a perfect critic, 0 for a constant one at the mean, < 0 worse."""
+    return 1.0 - masked_var(returns - values, mask) / (masked_var(returns, mask) + 1e-5)
 
 
 def truncated_is_weights(

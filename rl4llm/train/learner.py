@@ -41,6 +41,7 @@ class TrainState(flax.struct.PyTreeNode):
     # config.rl.entropy_target > 0); None: the fixed LearnerConfig value is used.
     kl_coef: Any = None
     entropy_coef: Any = None
+    critic: Any = None  # train.critic.CriticState of PPO's value model (rl.advantage="gae"); None otherwise
 
 
 class LearnerBatch(flax.struct.PyTreeNode):
@@ -283,8 +284,12 @@ def learner_step(
     state: TrainState,
     batch: LearnerBatch,
     key: jax.Array,
+    extra_grads: Any = None,
 ) -> tuple[TrainState, dict]:
     """One optimizer update on `batch` (gradients accumulated over micro-batches).
+
+    `extra_grads` (same tree as `lora.trainable(state.params)`) are added to the policy-loss gradients
+    before the update: a shared-trunk critic's value-loss gradient (`train.critic.shared_trunk_step`).
 
     `key` feeds losses that draw random numbers (clip_cov: one draw per token of the whole minibatch).
     Aggregation weights and token statistics (`minibatch_token_stats`) are those of the whole
@@ -316,6 +321,8 @@ def learner_step(
     zeros = lambda tree: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
     (grads, sums), (logp, entropy) = jax.lax.scan(accumulate, (zeros(trainable), zeros(sums_shape)), xs)
     unsplit = lambda x: x.reshape(batch.completion_mask.shape)  # noqa: E731
+    if extra_grads is not None:
+        grads = jax.tree.map(jnp.add, grads, extra_grads)
 
     updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
     params = lora.with_trainable(state.params, optax.apply_updates(trainable, updates))

@@ -1,0 +1,144 @@
+"""PPO's critic: value-model state, the jitted (donated) critic step, and the shared-trunk joint step.
+
+The critic is `models.value_head` params (a separate decoder + head, or a head on the policy's trunk)
+with its own optimizer and learning rate, carried in `TrainState.critic`. Its loss is verl's clipped
+value loss (`rl.losses.value_loss`: `½·agg(max((V−R)², (clip(V, V_old ± c_v)−R)²))`), aggregated with
+whole-minibatch weights (`rl.aggregation.aggregation_weights`) and accumulated over micro-batches in a
+`lax.scan`, so the update does not depend on the micro-batch size (as in the actor's `learner_step`).
+
+* separate critic: `critic_step` updates the critic alone (one jitted step; the actor has its own);
+* shared trunk: `shared_trunk_step` is ONE jitted step: the value-loss gradient w.r.t. the policy's
+  trainable params, times `value_loss_coef`, is added to the policy-loss gradient of `learner_step`,
+  and the head is updated by the critic optimizer. During critic warm-up `critic_step` updates the head
+  only (the actor, trunk included, is unchanged).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+
+from rl4llm.models import lora, value_head
+from rl4llm.rl import aggregation
+from rl4llm.rl import losses as losses_lib
+from rl4llm.train import learner as learner_lib
+
+
+class CriticState(flax.struct.PyTreeNode):
+    params: Any  # value_head.init_critic tree: {"trunk", "head"} (separate) or {"head"} (shared trunk)
+    opt_state: Any  # critic optimizer state of `params`
+
+
+class CriticBatch(flax.struct.PyTreeNode):
+    """Value targets of one (mini)batch of N completions (P prompt + T completion tokens per row)."""
+
+    tokens: jax.Array  # [N, P+T] int32
+    attention_mask: jax.Array  # [N, P+T] int32
+    completion_mask: jax.Array  # [N, T] float32
+    old_values: jax.Array  # [N, T] values at rollout time (the clipping centre)
+    returns: jax.Array  # [N, T] GAE returns (before whitening)
+
+
+@dataclasses.dataclass(frozen=True)
+class CriticConfig:
+    """Static hyper-parameters of the critic step (hashable)."""
+
+    cliprange_value: float  # verl critic.cliprange_value (0.5)
+    agg_mode: str
+    micro_batch_size: int  # 0: no accumulation
+    value_loss_coef: float = 1.0  # shared trunk: weight of the value-loss gradient on the policy's params
+
+
+def _split(tree, micro_batch_size: int):
+    n = jax.tree.leaves(tree)[0].shape[0]
+    m = micro_batch_size or n
+    return jax.tree.map(lambda x: x.reshape((n // m, m) + x.shape[1:]), tree)
+
+
+def _microbatch_loss(model_cfg, ccfg: CriticConfig, critic_params, policy_params, mb: CriticBatch, agg_weights):
+    """This micro-batch's share of the whole-batch value loss, and summed metrics."""
+    values = value_head.completion_values(
+        model_cfg, critic_params, policy_params, mb.tokens, mb.attention_mask, mb.completion_mask.shape[1]
+    )
+    loss, metrics = losses_lib.value_loss(
+        values, mb.old_values, mb.returns, mb.completion_mask,
+        clip=ccfg.cliprange_value, agg_mode=ccfg.agg_mode, agg_weights=agg_weights,
+    )
+    tokens = jnp.sum(mb.completion_mask)
+    return loss, {"vf_loss": loss, "vf_clip_frac": metrics["vf_clip_frac"] * tokens, "tokens": tokens}
+
+
+def value_loss_grads(model_cfg, ccfg: CriticConfig, state: learner_lib.TrainState, batch: CriticBatch, *,
+                     wrt_policy: bool):
+    """Gradients of the whole-minibatch value loss w.r.t. the critic params and, with `wrt_policy`
+    (shared trunk), w.r.t. `lora.trainable(state.params)` (else None); and the metrics."""
+    trainable = lora.trainable(state.params)
+
+    def loss_fn(critic_params, policy_trainable, mb, weights):
+        policy = lora.with_trainable(state.params, policy_trainable)
+        return _microbatch_loss(model_cfg, ccfg, critic_params, policy, mb, weights)
+
+    grad_fn = jax.grad(loss_fn, argnums=(0, 1) if wrt_policy else 0, has_aux=True)
+
+    def accumulate(carry, xs):
+        mb_grads, sums = grad_fn(state.critic.params, trainable, *xs)
+        mb_grads = mb_grads if wrt_policy else (mb_grads, None)
+        return jax.tree.map(jnp.add, carry, (mb_grads, sums)), None
+
+    weights = aggregation.aggregation_weights(batch.completion_mask, ccfg.agg_mode)
+    xs = _split((batch, weights), ccfg.micro_batch_size)
+    zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)  # noqa: E731
+    sums0 = {"vf_loss": 0.0, "vf_clip_frac": 0.0, "tokens": 0.0}
+    init = ((zeros(state.critic.params), zeros(trainable) if wrt_policy else None), jax.tree.map(jnp.float32, sums0))
+    (grads, sums), _ = jax.lax.scan(accumulate, init, xs)
+    tokens = jnp.maximum(sums.pop("tokens"), 1.0)
+    metrics = {"critic/vf_loss": sums["vf_loss"], "critic/vf_clip_frac": sums["vf_clip_frac"] / tokens}
+    return grads, metrics
+
+
+def _apply_critic_update(optimizer, critic: CriticState, grads) -> CriticState:
+    updates, opt_state = optimizer.update(grads, critic.opt_state, critic.params)
+    return critic.replace(params=optax.apply_updates(critic.params, updates), opt_state=opt_state)
+
+
+def critic_step(model_cfg, ccfg: CriticConfig, optimizer, state: learner_lib.TrainState, batch: CriticBatch):
+    """One critic update (critic params only; the policy is read, never changed) -> (state, metrics)."""
+    (grads, _), metrics = value_loss_grads(model_cfg, ccfg, state, batch, wrt_policy=False)
+    metrics["critic/grad_norm"] = optax.tree.norm(grads)
+    return state.replace(critic=_apply_critic_update(optimizer, state.critic, grads)), metrics
+
+
+def shared_trunk_step(model_cfg, lcfg: learner_lib.LearnerConfig, ccfg: CriticConfig, optimizer, critic_optimizer,
+                      state: learner_lib.TrainState, batch: learner_lib.LearnerBatch, critic_batch: CriticBatch,
+                      key: jax.Array):
+    """One joint update of a shared-trunk actor-critic: policy params by `optimizer` on
+    `∇(policy loss) + value_loss_coef·∇(value loss)`, the value head by `critic_optimizer`."""
+    (head_grads, trunk_grads), metrics = value_loss_grads(model_cfg, ccfg, state, critic_batch, wrt_policy=True)
+    extra = jax.tree.map(lambda g: ccfg.value_loss_coef * g, trunk_grads)
+    new_state, actor_metrics = learner_lib.learner_step(model_cfg, lcfg, optimizer, state, batch, key, extra)
+    metrics["critic/grad_norm"] = optax.tree.norm(head_grads)
+    return new_state.replace(critic=_apply_critic_update(critic_optimizer, state.critic, head_grads)), {
+        **actor_metrics, **metrics
+    }
+
+
+def make_critic_step(model_cfg, ccfg: CriticConfig, optimizer) -> Callable:
+    """Jitted `critic_step(state, batch)`, state donated."""
+    return jax.jit(functools.partial(critic_step, model_cfg, ccfg, optimizer), donate_argnums=0)
+
+
+def make_shared_trunk_step(model_cfg, lcfg, ccfg: CriticConfig, optimizer, critic_optimizer) -> Callable:
+    """Jitted `shared_trunk_step(state, batch, critic_batch, key)`, state donated."""
+    step = functools.partial(shared_trunk_step, model_cfg, lcfg, ccfg, optimizer, critic_optimizer)
+    return jax.jit(step, donate_argnums=0)
+
+
+def make_values_fn(model_cfg, completion_len: int) -> Callable:
+    """Jitted `(critic params, policy params, tokens, attention_mask) -> values [N, T]` of a rollout."""
+    return jax.jit(functools.partial(value_head.completion_values, model_cfg, completion_len=completion_len))

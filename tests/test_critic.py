@@ -1,0 +1,148 @@
+"""PPO critic: value head, critic step (separate and shared trunk), warm-up, explained variance, checkpoints."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from rl4llm import models
+from rl4llm.models import value_head
+from rl4llm.rl import losses
+from rl4llm.train import critic as critic_lib
+from rl4llm.train import learner as learner_lib
+
+MODEL_CFG = models.get_config("nano", vocab_size=16)
+N, P, T = 4, 3, 5
+
+
+@pytest.fixture(scope="module")
+def params():
+    return models.init_params(MODEL_CFG, jax.random.key(0))
+
+
+def _batches():
+    k1, k2, k3 = jax.random.split(jax.random.key(1), 3)
+    tokens = jax.random.randint(k1, (N, P + T), 4, 16)
+    lengths = jnp.array([5, 2, 4, 3])
+    mask = (jnp.arange(T)[None] < lengths[:, None]).astype(jnp.float32)
+    attention = jnp.concatenate([jnp.ones((N, P), jnp.int32), mask.astype(jnp.int32)], 1)
+    returns = jax.random.normal(k2, (N, T))
+    critic_batch = critic_lib.CriticBatch(tokens=tokens, attention_mask=attention, completion_mask=mask,
+                                          old_values=jnp.zeros((N, T)), returns=returns)
+    actor_batch = learner_lib.LearnerBatch(
+        tokens=tokens, attention_mask=attention, completion_mask=mask,
+        advantages=jax.random.normal(k3, (N, T)) * mask, old_logp=jnp.zeros((N, T)), sampler_logp=jnp.zeros((N, T)),
+    )
+    return actor_batch, critic_batch
+
+
+def _state(params, *, shared_trunk, critic_optimizer, optimizer=None):
+    critic_params = value_head.init_critic(MODEL_CFG, params, shared_trunk=shared_trunk)
+    optimizer = optimizer or optax.sgd(0.0)
+    return learner_lib.TrainState(
+        params=jax.tree.map(jnp.copy, params), opt_state=optimizer.init(params), ref_params=None,
+        key=jax.random.key_data(jax.random.key(0)),
+        critic=critic_lib.CriticState(params=critic_params, opt_state=critic_optimizer.init(critic_params)),
+    )
+
+
+def _ccfg(micro=0, clip=100.0):
+    return critic_lib.CriticConfig(cliprange_value=clip, agg_mode="token-mean", micro_batch_size=micro)
+
+
+def test_values_read_the_state_that_predicts_each_completion_token(params):
+    _, cb = _batches()
+    head = {"kernel": jnp.arange(MODEL_CFG.hidden_size, dtype=jnp.float32) / 10, "bias": jnp.asarray(0.3)}
+    values = value_head.completion_values(MODEL_CFG, {"trunk": params, "head": head}, None, cb.tokens,
+                                          cb.attention_mask, T)
+    hidden, _ = models.forward(MODEL_CFG, params, cb.tokens, models.positions_from_mask(cb.attention_mask),
+                               cb.attention_mask)
+    expected = np.asarray(hidden)[:, P - 1 : P + T - 1] @ np.asarray(head["kernel"]) + 0.3  # V_t = h_{P+t-1}·w + b
+    np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-5)
+    # Shared trunk: the head alone reads the policy's trunk; a zero head gives V = 0.
+    shared = value_head.completion_values(MODEL_CFG, {"head": head}, params, cb.tokens, cb.attention_mask, T)
+    np.testing.assert_allclose(shared, values, rtol=1e-6)
+    zero = value_head.init_critic(MODEL_CFG, params, shared_trunk=True)
+    assert not np.any(value_head.completion_values(MODEL_CFG, zero, params, cb.tokens, cb.attention_mask, T))
+
+
+def test_explained_variance_hand_case():
+    # R = [1, 2, 3] (var 1), V = [1, 2, 2]: R − V = [0, 0, 1], unbiased var 1/3 -> 1 − (1/3)/(1 + 1e-5)
+    r, v, m = jnp.array([[1.0, 2.0, 3.0, 9.0]]), jnp.array([[1.0, 2.0, 2.0, 0.0]]), jnp.array([[1.0, 1.0, 1.0, 0.0]])
+    np.testing.assert_allclose(losses.explained_variance(v, r, m), 1 - (1 / 3) / (1 + 1e-5), rtol=1e-6)
+    np.testing.assert_allclose(losses.explained_variance(r, r, m), 1.0)
+
+
+def test_separate_critic_learns_a_fixed_batch_and_never_touches_the_actor(params):
+    _, cb = _batches()
+    opt = optax.adam(1e-2)
+    state = _state(params, shared_trunk=False, critic_optimizer=opt)
+    step = critic_lib.make_critic_step(MODEL_CFG, _ccfg(), opt)
+    first = None
+    for _ in range(8):
+        state, metrics = step(state, cb)
+        first = first if first is not None else float(metrics["critic/vf_loss"])
+    assert float(metrics["critic/vf_loss"]) < 0.7 * first
+    jax.tree.map(np.testing.assert_array_equal, state.params, params)  # the actor is bitwise unchanged
+
+
+def test_critic_step_is_invariant_to_micro_batching(params):
+    _, cb = _batches()
+    cb = cb.replace(old_values=cb.returns * 0.5)  # clipping active on some tokens
+    opt = optax.sgd(0.1)
+    outs = []
+    for micro in (0, 2):
+        state = _state(params, shared_trunk=False, critic_optimizer=opt)
+        # a non-zero head, so the trunk gets gradient too
+        state = state.replace(critic=state.critic.replace(params={**state.critic.params, "head": {
+            "kernel": jnp.full((MODEL_CFG.hidden_size,), 0.1), "bias": jnp.asarray(0.0)}}))
+        outs.append(critic_lib.make_critic_step(MODEL_CFG, _ccfg(micro, clip=0.2), opt)(state, cb))
+    np.testing.assert_allclose(outs[0][1]["critic/vf_loss"], outs[1][1]["critic/vf_loss"], rtol=1e-5)
+    np.testing.assert_allclose(outs[0][1]["critic/vf_clip_frac"], outs[1][1]["critic/vf_clip_frac"], rtol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+                 outs[0][0].critic.params, outs[1][0].critic.params)
+
+
+def test_shared_trunk_step_updates_both_and_warm_up_updates_only_the_head(params):
+    ab, cb = _batches()
+    opt, copt = optax.sgd(0.1), optax.sgd(0.1)
+    lcfg = learner_lib.LearnerConfig(loss="ppo_clip", loss_kwargs=(), agg_mode="token-mean", kl_coef=0.0,
+                                     kl_kind="k3", entropy_coef=0.0, temperature=1.0, micro_batch_size=0,
+                                     logprob_chunk_size=4, use_old_logp=False)
+    head = {"kernel": jnp.full((MODEL_CFG.hidden_size,), 0.1), "bias": jnp.asarray(0.0)}
+
+    def fresh():
+        s = _state(params, shared_trunk=True, critic_optimizer=copt, optimizer=opt)
+        return s.replace(critic=s.critic.replace(params={"head": jax.tree.map(jnp.copy, head)}))
+
+    # Warm-up (critic only): the head moves, the actor (trunk included) is bitwise unchanged.
+    warm, _ = critic_lib.make_critic_step(MODEL_CFG, _ccfg(), copt)(fresh(), cb)
+    jax.tree.map(np.testing.assert_array_equal, warm.params, params)
+    assert not np.allclose(warm.critic.params["head"]["kernel"], head["kernel"])
+
+    # Joint step: the trunk's update is the policy gradient plus value_loss_coef x the value gradient.
+    step = lambda coef: critic_lib.make_shared_trunk_step(  # noqa: E731
+        MODEL_CFG, lcfg, critic_lib.CriticConfig(100.0, "token-mean", 0, coef), opt, copt)(
+        fresh(), ab, cb, jax.random.key(3))
+    (with_v, metrics), (without_v, _) = step(1.0), step(0.0)
+    assert np.isfinite(metrics["critic/vf_loss"]) and np.isfinite(metrics["loss/pg"])
+    actor_only = learner_lib.make_learner_step(MODEL_CFG, lcfg, opt)(fresh(), ab, jax.random.key(3))[0]
+    jax.tree.map(np.testing.assert_array_equal, without_v.params, actor_only.params)
+    value_grads = critic_lib.value_loss_grads(MODEL_CFG, _ccfg(), fresh(), cb, wrt_policy=True)[0][1]
+    # sgd(0.1): Δθ(with) − Δθ(without) = −0.1·∇V-loss
+    jax.tree.map(lambda a, b, g: np.testing.assert_allclose(a - b, -0.1 * g, atol=1e-6),
+                 with_v.params, without_v.params, value_grads)
+    np.testing.assert_allclose(with_v.critic.params["head"]["kernel"], warm.critic.params["head"]["kernel"],
+                               rtol=1e-6)
+
+
+def test_critic_checkpoint_round_trip(params, tmp_path):
+    critic = value_head.init_critic(MODEL_CFG, params, shared_trunk=False)
+    critic["head"]["bias"] = jnp.asarray(1.5)
+    value_head.save_critic(str(tmp_path / "critic"), critic)
+    abstract = jax.eval_shape(lambda: critic)
+    restored = value_head.load_critic(str(tmp_path / "critic"), abstract)
+    jax.tree.map(np.testing.assert_array_equal, restored, critic)
+    with pytest.raises(ValueError, match="does not match this critic"):
+        value_head.load_critic(str(tmp_path / "critic"), {"head": abstract["head"]})
