@@ -38,7 +38,7 @@ import signal
 import threading
 
 # Symbolic comparison budget, and the input size beyond which we do not even try.
-SYMBOLIC_TIMEOUT_S = 2.0
+SYMBOLIC_TIMEOUT_S = 5.0
 _MAX_SYMBOLIC_CHARS = 120
 _MAX_NUMBER_DIGITS = 200
 _LENIENT_REL_TOL = 1e-6
@@ -280,7 +280,7 @@ def _time_limit(seconds: float):
 
 def _sympy_expr(text: str):
     """The sympy expression of a safe string from :func:`_latex_to_sympy_text` (implicit products allowed)."""
-    import sympy  # imported lazily: it costs ~0.5 s and only this step needs it
+    import sympy
     from sympy.parsing import sympy_parser
 
     transformations = sympy_parser.standard_transformations + (
@@ -297,10 +297,12 @@ def _symbolic_equal(gold: str, pred: str, *, lenient: bool) -> bool:
     gold_text, pred_text = _latex_to_sympy_text(gold), _latex_to_sympy_text(pred)
     if gold_text is None or pred_text is None:
         return False
+    # Imported lazily (~0.5 s; only this step needs them), and before the time limit starts.
+    import sympy
+    from sympy.parsing import sympy_parser  # noqa: F401
+
     try:
         with _time_limit(SYMBOLIC_TIMEOUT_S):
-            import sympy
-
             a, b = _sympy_expr(gold_text), _sympy_expr(pred_text)
             if a.free_symbols != b.free_symbols:
                 return False
