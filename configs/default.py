@@ -124,6 +124,18 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl.logprob_chunk_size = 64
     c.rl.logprob_vocab_chunk_size = 0  # > 0: vocabulary entries per logsumexp/entropy chunk (large vocabularies)
 
+    # PPO's value model (rl4llm.models.value_head, rl4llm.train.critic), trained when rl.advantage="gae".
+    c.critic = ml_collections.ConfigDict()
+    c.critic.shared_trunk = False  # True: a value head on the policy's decoder (one joint step); False: own decoder
+    c.critic.checkpoint = ""  # Orbax critic params (value_head.save_critic); "" = initialise from the policy
+    c.critic.learning_rate = 1e-4  # its own AdamW
+    c.critic.lr_warmup_steps = 0
+    c.critic.weight_decay = 0.0
+    c.critic.grad_clip = 1.0
+    c.critic.cliprange_value = 0.5  # verl critic.cliprange_value
+    c.critic.value_loss_coef = 0.1  # shared trunk: weight of the value loss in the trunk's gradient (TRL vf_coef)
+    c.critic.warmup_steps = 0  # the first RL steps update only the critic (the actor is unchanged)
+
     # Held-out evaluation: greedy accuracy, and pass@k from `pass_n` samples at the rollout temperature.
     c.eval = ml_collections.ConfigDict()
     c.eval.num_examples = 512

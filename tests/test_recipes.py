@@ -28,6 +28,7 @@ RECIPES = (
     "kl_cov",
     "entropy_80_20",
     "lp_reg",
+    "ppo_arithmetic",
 )
 RL_STEPS = 2
 
@@ -41,6 +42,7 @@ def shrink(config):
     config.rl.steps = RL_STEPS
     config.rl.num_prompts = tiny.rl.num_prompts
     config.rl.num_generations = tiny.rl.num_generations
+    config.critic.warmup_steps = min(config.critic.warmup_steps, RL_STEPS - 1)  # the actor updates at least once
     return config
 
 
@@ -73,6 +75,9 @@ def test_recipe_runs_without_nans(name, sft_workdir, tmp_path):
     config_validation.validate(config)
     records = _run_from_sft(config, sft_workdir, str(tmp_path / name))
     for record in records.values():
+        if record.get("critic/warmup"):  # a critic warm-up step (PPO): no actor update
+            assert "loss/pg" not in record and "critic/vf_loss" in record
+            continue
         for key in ("loss/pg", "entropy", "entropy_p50", "cov_logp_adv", "grad_norm"):
             assert key in record, key
 
@@ -110,3 +115,18 @@ def test_all_hooks_together_run_without_nans(sft_workdir, tmp_path):
     assert records[1]["ref_reset"] == records[2]["ref_reset"] == 1.0
     assert records[2]["kl"] == 0.0  # the reference was reset to the policy after step 1
     assert records[2]["entropy_coef"] != records[1]["entropy_coef"]  # adapted after step 1
+
+
+def test_ppo_shared_trunk_with_minibatches_runs_without_nans(sft_workdir, tmp_path):
+    """PPO with a value head on the policy's trunk (one joint step), critic warm-up, 2 minibatches x 2 epochs."""
+    from configs import ppo_arithmetic
+
+    config = shrink(ppo_arithmetic.get_config())
+    config.critic.shared_trunk = True
+    config.rl.num_minibatches = 2
+    config.rl.ppo_epochs = 2
+    config_validation.validate(config)
+    records = _run_from_sft(config, sft_workdir, str(tmp_path / "ppo_shared"))
+    assert records[1]["critic/warmup"] == 1.0 and "loss/pg" not in records[1]
+    for key in ("loss/pg", "critic/vf_loss", "critic/vf_clip_frac", "critic/vf_explained_var", "critic/values_mean"):
+        assert key in records[2], key

@@ -251,10 +251,20 @@ def test_hyperparameter_of_another_method_is_rejected_and_unset_ones_are_not_pas
     assert config_validation.set_kwargs(config.rl.loss_kwargs) == {"clip_high": 5.0}
 
 
-def test_methods_needing_inputs_the_loop_lacks_are_rejected():
+def test_critic_fields_are_validated():
     config = default.get_config()
-    config.rl.advantage = "gae"
-    with pytest.raises(config_validation.ConfigError, match="config.rl.advantage='gae': needs values"):
+    config.rl.advantage = "gae"  # the loop provides the critic's values
+    config_validation.validate(config)
+    config.critic.cliprange_value = 0.0
+    config.critic.value_loss_coef = -1.0
+    config.critic.checkpoint = "/nonexistent/critic"
+    with pytest.raises(config_validation.ConfigError) as info:
+        config_validation.validate(config)
+    for field in ("critic.cliprange_value", "critic.value_loss_coef", "critic.checkpoint"):
+        assert f"config.{field}=" in str(info.value)
+    config = default.get_config()
+    config.critic.warmup_steps = 2  # GRPO trains no critic
+    with pytest.raises(config_validation.ConfigError, match="trains no critic"):
         config_validation.validate(config)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
 import types
 import typing
@@ -28,8 +29,11 @@ from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import registry
 from rl4llm.train import learner
 
-# Standard inputs the training loop passes to advantage estimators (baseline_scores: ReMax's greedy rollout).
-PROVIDED_ADVANTAGE_INPUTS = ("scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "baseline_scores")
+# Standard inputs the training loop passes to advantage estimators (baseline_scores: ReMax's greedy rollout;
+# values: the critic's, for estimators in registry.RETURNS_VALUE_TARGETS).
+PROVIDED_ADVANTAGE_INPUTS = (
+    "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values", "baseline_scores"
+)
 
 
 class ConfigError(ValueError):
@@ -129,7 +133,7 @@ def _abstract_inputs(names) -> dict:
     """Shape-only standard inputs (N = 4 sequences of T = 3 tokens, 2 groups) for tracing a method."""
     n, t = 4, 3
     arrays = {
-        "scores": (n,), "mask": (n, t), "lengths": (n,), "rewards": (n, t), "baseline_scores": (n,),
+        "scores": (n,), "mask": (n, t), "lengths": (n,), "rewards": (n, t), "values": (n, t), "baseline_scores": (n,),
         "logp": (n, t), "old_logp": (n, t), "advantages": (n,), "entropy": (n, t), "proxy_logp": (n, t),
         "target_advantages": (n,),
     }
@@ -278,6 +282,30 @@ def _task_errors(config) -> list[str]:
     return errors
 
 
+def _critic_errors(config) -> list[str]:
+    """PPO's value model (config.critic.*), trained when rl.advantage needs values (rl.advantage="gae")."""
+    errors = []
+    c = config.critic
+    if not isinstance(c.shared_trunk, bool):
+        errors.append(f"config.critic.shared_trunk={c.shared_trunk!r}: must be True or False")
+    _check_range(errors, config, "critic.learning_rate", 0.0, 1.0, low_open=True)
+    _check_positive_int(errors, config, "critic.lr_warmup_steps", minimum=0)
+    _check_range(errors, config, "critic.weight_decay", 0.0, 1.0)
+    _check_range(errors, config, "critic.grad_clip", 0.0, 1e9)
+    _check_range(errors, config, "critic.cliprange_value", 0.0, 1e9, low_open=True)
+    _check_range(errors, config, "critic.value_loss_coef", 0.0, 1e3)
+    _check_positive_int(errors, config, "critic.warmup_steps", minimum=0)
+    uses_critic = config.rl.advantage in registry.RETURNS_VALUE_TARGETS
+    if not uses_critic and (c.warmup_steps or c.checkpoint):
+        errors.append(
+            f"config.critic: warmup_steps / checkpoint are set but config.rl.advantage={config.rl.advantage!r} "
+            f"trains no critic (one of: {', '.join(sorted(registry.RETURNS_VALUE_TARGETS))})"
+        )
+    if c.checkpoint and not os.path.isdir(c.checkpoint):
+        errors.append(f"config.critic.checkpoint={c.checkpoint!r}: not a directory (value_head.save_critic writes one)")
+    return errors
+
+
 def _model_errors(config) -> list[str]:
     """HF checkpoint, precision and LoRA fields of config.model."""
     errors = []
@@ -356,6 +384,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     errors += _batch_errors(config)
     errors += _method_errors(config)
     errors += _control_errors(config)
+    errors += _critic_errors(config)
 
     _check_positive_int(errors, config, "eval.num_examples")
     _check_positive_int(errors, config, "eval.every")

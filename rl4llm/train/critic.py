@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from rl4llm.models import lora, value_head
-from rl4llm.rl import aggregation
+from rl4llm.rl import aggregation, registry
 from rl4llm.rl import losses as losses_lib
 from rl4llm.train import learner as learner_lib
 
@@ -142,3 +142,46 @@ def make_shared_trunk_step(model_cfg, lcfg, ccfg: CriticConfig, optimizer, criti
 def make_values_fn(model_cfg, completion_len: int) -> Callable:
     """Jitted `(critic params, policy params, tokens, attention_mask) -> values [N, T]` of a rollout."""
     return jax.jit(functools.partial(value_head.completion_values, model_cfg, completion_len=completion_len))
+
+
+# ------------------------------------------------------------------------------ from the job config
+
+
+def uses_critic(config) -> bool:
+    """Whether the run trains a value model: the advantage estimator needs values (`rl.advantage="gae"`)."""
+    return config.rl.advantage in registry.RETURNS_VALUE_TARGETS
+
+
+def critic_config(config) -> CriticConfig:
+    return CriticConfig(
+        cliprange_value=config.critic.cliprange_value,
+        agg_mode=config.rl.agg_mode,
+        micro_batch_size=config.rl.micro_batch_size,
+        value_loss_coef=config.critic.value_loss_coef,
+    )
+
+
+def make_critic_optimizer(config) -> optax.GradientTransformation:
+    """AdamW of the critic, with its own learning rate (`config.critic.*`), like the actor's optimizer."""
+    c = config.critic
+    return learner_lib.make_optimizer(c.learning_rate, c.lr_warmup_steps, c.weight_decay, c.grad_clip)
+
+
+def init_critic_state(config, model_cfg, policy_params, optimizer) -> CriticState:
+    """Critic initialised from the policy (a copy of its decoder + a zero head, or the head alone on a
+    shared trunk), or restored from `config.critic.checkpoint` (written by `value_head.save_critic`)."""
+    shared = config.critic.shared_trunk
+    params = value_head.init_critic(model_cfg, policy_params, shared_trunk=shared)
+    if config.critic.checkpoint:
+        params = value_head.load_critic(config.critic.checkpoint, jax.eval_shape(lambda: params))
+    return CriticState(params=params, opt_state=optimizer.init(params))
+
+
+def value_metrics(values, returns, mask) -> dict:  # [N, T] each
+    """The step's critic diagnostics on the rollout: explained variance of the returns by the values,
+    masked means of values and returns (verl `critic/vf_explained_var`, `critic/values/mean`)."""
+    return {
+        "critic/vf_explained_var": losses_lib.explained_variance(values, returns, mask),
+        "critic/values_mean": aggregation.masked_mean(values, mask),
+        "critic/returns_mean": aggregation.masked_mean(returns, mask),
+    }

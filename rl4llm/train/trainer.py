@@ -38,6 +38,7 @@ from rl4llm.tokenizers import sentencepiece_tokenizer
 from rl4llm.train import batches
 from rl4llm.train import checkpointing
 from rl4llm.train import config_validation
+from rl4llm.train import critic as critic_lib
 from rl4llm.train import evaluate as evaluate_lib
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
@@ -280,13 +281,16 @@ def learner_config(config) -> learner_lib.LearnerConfig:
 
 @functools.partial(jax.jit, static_argnames=("name", "num_groups", "kwargs"))
 def _advantages(scores, group_ids, mask, *, name: str, num_groups: int, kwargs: tuple, **inputs):
-    """Advantages [N, T] (zero outside the mask) from the registered estimator `name`.
+    """Advantages [N, T] (zero outside the mask) from the registered estimator `name`, and the value
+    targets (returns [N, T] of estimators in `registry.RETURNS_VALUE_TARGETS`, else None).
 
-    `inputs`: optional standard inputs (rewards [N, T], baseline_scores [N]) for estimators that declare them.
+    `inputs`: optional standard inputs (rewards [N, T], values [N, T], baseline_scores [N]) for estimators
+    that declare them.
     """
-    adv = registry.get_advantage(name)(scores, group_ids, mask, num_groups=num_groups, **inputs, **dict(kwargs))
+    out = registry.get_advantage(name)(scores, group_ids, mask, num_groups=num_groups, **inputs, **dict(kwargs))
+    adv, returns = out if name in registry.RETURNS_VALUE_TARGETS else (out, None)
     adv = adv[:, None] if adv.ndim == 1 else adv
-    return jnp.broadcast_to(adv, mask.shape) * mask
+    return jnp.broadcast_to(adv, mask.shape) * mask, returns
 
 
 def _step_prompts(config, setup: Setup, step: int):
@@ -360,6 +364,12 @@ class RLPrograms:
     # (params, tokens, attention_mask) -> (logp, entropy[, proxy_logp]) [N, T] of the completions, or None
     # when no step statistic of the rollout policy is needed (see `needs_behaviour_pass`).
     behaviour_fn: Callable | None
+    # PPO's critic (rl.advantage="gae"), else None: (critic params, policy params, tokens, attention_mask) ->
+    # values [N, T]; critic_step (state, critic_batch) -> (state, metrics) updates the critic alone (warm-up,
+    # separate critic); shared_trunk_step (state, batch, critic_batch, key) -> (state, metrics) updates both.
+    values_fn: Callable | None = None
+    critic_step: Callable | None = None
+    shared_trunk_step: Callable | None = None
 
 
 def needs_behaviour_pass(config) -> bool:
@@ -441,7 +451,9 @@ def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
         adv_scores = jnp.sum(rewards, axis=-1)  # verl: outcome estimators use Σ_t token rewards
         extra_inputs["rewards"] = rewards
         host_metrics["kl"] = current_kl
-    advantages = _advantages(
+    if programs.values_fn is not None:  # PPO: the rollout's values, once per step
+        extra_inputs["values"] = programs.values_fn(state.critic.params, state.params, tokens, attention_mask)
+    advantages, returns = _advantages(
         adv_scores,
         group_ids,
         mask,
@@ -470,34 +482,31 @@ def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
             else None
         ),
     )
+    critic_batch = None
+    if returns is not None:
+        critic_batch = critic_lib.CriticBatch(
+            tokens=tokens, attention_mask=attention_mask, completion_mask=mask,
+            old_values=extra_inputs["values"], returns=returns,
+        )
+        host_metrics.update(critic_lib.value_metrics(extra_inputs["values"], returns, mask))
+    actor_frozen = critic_batch is not None and step < config.critic.warmup_steps  # critic warm-up
     updates = []
     for epoch in range(rl.ppo_epochs):
         order = jax.random.permutation(jax.random.fold_in(step_key, 1 + epoch), n) if rl.num_minibatches > 1 else None
-        shuffled = batch if order is None else jax.tree.map(lambda x: x[order], batch)
+        shuffled = (batch, critic_batch) if order is None else jax.tree.map(lambda x: x[order], (batch, critic_batch))
         size = n // rl.num_minibatches
         for i in range(rl.num_minibatches):
-            minibatch = jax.tree.map(lambda x: x[i * size : (i + 1) * size], shuffled)
+            minibatch, critic_minibatch = jax.tree.map(lambda x: x[i * size : (i + 1) * size], shuffled)
             update_key = jax.random.fold_in(step_key, 1000 + len(updates))
-            state, update_metrics = programs.learner_step(state, minibatch, update_key)
+            state, update_metrics = _update(config, programs, state, minibatch, critic_minibatch, update_key,
+                                            actor_frozen=actor_frozen)
             updates.append(update_metrics)
     updates = jax.device_get(updates)
     metrics = {k: np.mean([u[k] for u in updates]) for k in updates[0]}
-    # The sampler/learner gap and the step's KL / entropy are measured before any update of this step.
-    first = updates[0]
-    metrics["logp_gap_sampler_learner"] = first["logp_gap_sampler_learner"]
-    # The learner carries adaptive coefficients through unchanged: these are the values this step used.
-    coefs = {"kl_coef": state.kl_coef, "entropy_coef": state.entropy_coef}
-    metrics.update({k: v for k, v in jax.device_get(coefs).items() if v is not None})
-    state = update_controllers(
-        config,
-        state,
-        current_kl=first.get("kl") if current_kl is None else current_kl,
-        entropy=first["entropy"],
-        num_sequences=n,
-    )
-    state, reset = maybe_reset_reference(config, state, programs.optimizer, step + 1)
-    if rl.ref_reset_every:
-        metrics["ref_reset"] = float(reset)
+    if actor_frozen:  # critic warm-up: no actor update, so no controller update and no reference reset
+        metrics["critic/warmup"] = 1.0
+    else:
+        state = _after_actor_updates(config, programs, state, step, metrics, updates[0], current_kl)
     t_step = time.time() - t0
     metrics.update(host_metrics)
     metrics.update(
@@ -511,8 +520,43 @@ def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
     return state, metrics
 
 
-def init_rl_state(config, init_params, optimizer, key) -> learner_lib.TrainState:
-    """The RL stage's initial TrainState: reference copy when KL is on, adaptive coefficients when adapted."""
+def _update(config, programs: RLPrograms, state, minibatch, critic_minibatch, key, *, actor_frozen: bool):
+    """One update on a minibatch: the actor (`learner_step`), or with a critic: the critic alone (warm-up),
+    both in one step (shared trunk), or the critic then the actor (separate critic). -> (state, metrics)."""
+    if critic_minibatch is None:
+        return programs.learner_step(state, minibatch, key)
+    if actor_frozen:
+        return programs.critic_step(state, critic_minibatch)
+    if config.critic.shared_trunk:
+        return programs.shared_trunk_step(state, minibatch, critic_minibatch, key)
+    state, critic_metrics = programs.critic_step(state, critic_minibatch)
+    state, actor_metrics = programs.learner_step(state, minibatch, key)
+    return state, {**actor_metrics, **critic_metrics}
+
+
+def _after_actor_updates(config, programs: RLPrograms, state, step: int, metrics: dict, first: dict, current_kl):
+    """Adaptive controllers and the periodic reference reset after a step's actor updates (adds to `metrics`)."""
+    # The sampler/learner gap and the step's KL / entropy are measured before any update of this step.
+    metrics["logp_gap_sampler_learner"] = first["logp_gap_sampler_learner"]
+    # The learner carries adaptive coefficients through unchanged: these are the values this step used.
+    coefs = {"kl_coef": state.kl_coef, "entropy_coef": state.entropy_coef}
+    metrics.update({k: v for k, v in jax.device_get(coefs).items() if v is not None})
+    state = update_controllers(
+        config,
+        state,
+        current_kl=first.get("kl") if current_kl is None else current_kl,
+        entropy=first["entropy"],
+        num_sequences=config.rl.num_prompts * config.rl.num_generations,
+    )
+    state, reset = maybe_reset_reference(config, state, programs.optimizer, step + 1)
+    if config.rl.ref_reset_every:
+        metrics["ref_reset"] = float(reset)
+    return state
+
+
+def init_rl_state(config, init_params, optimizer, key, critic=None) -> learner_lib.TrainState:
+    """The RL stage's initial TrainState: reference copy when KL is on, adaptive coefficients when adapted,
+    the critic's state (`critic_lib.init_critic_state`) when the run trains one."""
     rl = config.rl
     return learner_lib.TrainState(
         params=init_params,
@@ -522,11 +566,12 @@ def init_rl_state(config, init_params, optimizer, key) -> learner_lib.TrainState
         key=jax.random.key_data(jax.random.fold_in(key, 1)),
         kl_coef=jnp.asarray(rl.kl_coef, jnp.float32) if rl.kl_target > 0 else None,
         entropy_coef=jnp.asarray(rl.entropy_coef, jnp.float32) if rl.entropy_target > 0 else None,
+        critic=critic,
     )
 
 
-def build_rl_programs(config, setup: Setup, optimizer) -> RLPrograms:
-    """Jitted learner step and (when needed) the rollout-policy forward pass."""
+def build_rl_programs(config, setup: Setup, optimizer, critic_optimizer=None) -> RLPrograms:
+    """Jitted learner step, (when needed) the rollout-policy forward pass, and the critic's programs."""
     lcfg = learner_config(config)
     behaviour_fn = None
     if needs_behaviour_pass(config):
@@ -542,10 +587,23 @@ def build_rl_programs(config, setup: Setup, optimizer) -> RLPrograms:
                 min_p=min_p,
             )
         )
+    critic_programs = {}
+    if critic_optimizer is not None:
+        ccfg = critic_lib.critic_config(config)
+        critic_programs = dict(
+            values_fn=critic_lib.make_values_fn(setup.model_cfg, config.sampling.max_new_tokens),
+            critic_step=critic_lib.make_critic_step(setup.model_cfg, ccfg, critic_optimizer),
+            shared_trunk_step=(
+                critic_lib.make_shared_trunk_step(setup.model_cfg, lcfg, ccfg, optimizer, critic_optimizer)
+                if config.critic.shared_trunk
+                else None
+            ),
+        )
     return RLPrograms(
         optimizer=optimizer,
         learner_step=learner_lib.make_learner_step(setup.model_cfg, lcfg, optimizer),
         behaviour_fn=behaviour_fn,
+        **critic_programs,
     )
 
 
@@ -556,7 +614,11 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
         rl.learning_rate, rl.warmup_steps, rl.weight_decay, rl.grad_clip,
         schedule=rl.lr_schedule, total_steps=rl.steps * rl.ppo_epochs * rl.num_minibatches,
     )
-    state = init_rl_state(config, init_params, optimizer, key)
+    critic_optimizer, critic = None, None
+    if critic_lib.uses_critic(config):
+        critic_optimizer = critic_lib.make_critic_optimizer(config)
+        critic = critic_lib.init_critic_state(config, setup.model_cfg, init_params, critic_optimizer)
+    state = init_rl_state(config, init_params, optimizer, key, critic)
     ckpt = checkpointing.Checkpointer(
         os.path.join(workdir, "checkpoints", "rl"), max_to_keep=config.checkpoint.max_to_keep
     )
@@ -565,7 +627,7 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
     if restored is not None:
         state, start, last_eval = restored.state, restored.step, restored.meta.get("eval")
         print(f"resuming RL from step {start}", flush=True)
-    programs = build_rl_programs(config, setup, optimizer)
+    programs = build_rl_programs(config, setup, optimizer, critic_optimizer)
     end = rl.steps if stop_after_step is None else min(rl.steps, stop_after_step)
     for step in range(start + 1, end + 1):
         state, step_metrics = rl_step(config, setup, programs, state, step - 1)
