@@ -157,6 +157,44 @@ def reinforce_plus_plus(
     return masked_whiten(returns.T, mask) * mask
 
 
+def prime(
+    scores: jax.Array,  # [N] outcome rewards
+    group_ids: jax.Array,  # [N]
+    mask: jax.Array,  # [N, T]
+    process_rewards: jax.Array,  # [N, T] implicit PRM rewards r_t = β·(log π_φ − log π_ref) (`rl.prime`)
+    *,
+    num_groups: int,
+    process_coef: float = 5.0,
+    outcome_coef: float = 5.0,
+) -> jax.Array:  # [N, T]
+    """PRIME advantages (Cui et al. 2025; verl recipe/prime `compute_rloo_advantage_return`): leave-one-out
+    on each reward source, summed, then the γ = 1 return-to-go, whitened over the batch.
+
+    With K_i the size of i's group and r̄_j = mean_t r_{j,t} (valid tokens):
+    ```
+    process:  r̃_{i,t} = r_{i,t}·K/(K−1) − Σ_{j∈g(i)} r̄_j/(K−1)
+    outcome:  õ_i = R_i·K/(K−1) − Σ_{j∈g(i)} R_j/(K−1) = R_i − mean_{j≠i} R_j    (on the last valid token)
+    G_t = Σ_{s≥t} m_s·(c_p·r̃_s + c_o·õ·[s = last]);   A = masked_whiten(G, m)·m
+    ```
+    Defaults c_p = c_o = 5 (the recipe's reward_dpo_coef / reward_gt_coef). Groups need K ≥ 2 (K−1 is taken
+    as 1 for singletons, where leave-one-out is undefined).
+    """
+    rewards = _float(process_rewards)
+    mask = mask.astype(rewards.dtype)
+    scores = _float(scores)
+    count = to_members(group_count(group_ids, num_groups), group_ids, num_groups)  # [N]
+    denom = jnp.maximum(count - 1.0, 1.0)  # [N]
+    member_sum = lambda x: to_members(group_sum(x, group_ids, num_groups), group_ids, num_groups)  # noqa: E731
+    seq_mean = jnp.sum(rewards * mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1.0)  # [N]
+    process = (rewards * (count / denom)[:, None] - (member_sum(seq_mean) / denom)[:, None]) * mask  # [N, T]
+    outcome = scores * count / denom - member_sum(scores) / denom  # [N]
+    reverse_cumsum = lambda x: jnp.cumsum(x[:, ::-1], axis=-1)[:, ::-1]  # noqa: E731
+    # Return-to-go of the outcome on the last valid token: õ at every position up to that token.
+    up_to_last = (reverse_cumsum(mask) > 0).astype(rewards.dtype)  # [N, T]
+    returns = process_coef * reverse_cumsum(process) + outcome_coef * outcome[:, None] * up_to_last
+    return masked_whiten(returns, mask) * mask
+
+
 def reinforce_plus_plus_baseline(
     scores: jax.Array,  # [N]
     group_ids: jax.Array,  # [N]

@@ -21,7 +21,7 @@ Advantages — the trainer calls::
     lengths[N] (default Σ_t mask), rewards[N, T] token-level rewards (default: scores on the last valid
     token, verl's convention; pass them to include e.g. a KL-in-reward penalty),
     values[N, T] critic values, baseline_scores[N] (ReMax greedy reward), reward_components[N, K]
-    (GDPO multi-reward), seq_metric[N] (CANON split metric).
+    (GDPO multi-reward), seq_metric[N] (CANON split metric), process_rewards[N, T] (PRIME implicit PRM).
     `bnpo` with reward_components is BNPO's per-component decomposition.
     Returns advantages [N] or [N, T] (losses broadcast [N] over tokens). Estimators in
     `RETURNS_VALUE_TARGETS` (critic methods: "gae") return `(advantages[N, T], returns[N, T])`.
@@ -79,6 +79,7 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "grpo_passk": advantages.grpo_passk,
     "hapo": advantages.hapo,
     "gae": advantages.gae,
+    "prime": advantages.prime,
     "gbpo": advantages.grpo,  # GBPO's weights are GRPO advantages; its loss also needs `gbpo_targets`
 }
 
@@ -124,7 +125,7 @@ FORCED_AGG_MODE: dict[str, str] = {
 
 ADVANTAGE_INPUTS = (
     "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values",
-    "baseline_scores", "reward_components", "seq_metric",
+    "baseline_scores", "reward_components", "seq_metric", "process_rewards",
 )
 LOSS_INPUTS = (
     "logp", "old_logp", "advantages", "mask", "agg_mode", "agg_weights", "is_weights",
