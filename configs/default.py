@@ -136,6 +136,13 @@ def get_config() -> ml_collections.ConfigDict:
     c.critic.value_loss_coef = 0.1  # shared trunk: weight of the value loss in the trunk's gradient (TRL vf_coef)
     c.critic.warmup_steps = 0  # the first RL steps update only the critic (the actor is unchanged)
 
+    # PRIME's implicit PRM (rl4llm.rl.prime, rl4llm.train.prime), trained when rl.advantage="prime".
+    c.prime = ml_collections.ConfigDict()
+    c.prime.beta = 0.05  # r_t = beta * (log pi_phi - log pi_ref) (PRIME)
+    c.prime.learning_rate = 1e-4  # the PRM's own AdamW
+    c.prime.weight_decay = 0.0
+    c.prime.grad_clip = 1.0
+
     # Held-out evaluation: greedy accuracy, and pass@k from `pass_n` samples at the rollout temperature.
     c.eval = ml_collections.ConfigDict()
     c.eval.num_examples = 512

@@ -146,3 +146,31 @@ def test_critic_checkpoint_round_trip(params, tmp_path):
     jax.tree.map(np.testing.assert_array_equal, restored, critic)
     with pytest.raises(ValueError, match="does not match this critic"):
         value_head.load_critic(str(tmp_path / "critic"), {"head": abstract["head"]})
+
+
+def test_prm_step_fits_outcome_labels_and_leaves_the_policy_alone(params):
+    from rl4llm.rl import prime as prime_rewards
+    from rl4llm.train import prime as prime_lib
+
+    _, cb = _batches()
+    opt = optax.adam(1e-2)
+    state = _state(params, shared_trunk=True, critic_optimizer=optax.sgd(0.0)).replace(
+        critic=None, prm=prime_lib.init_prm_state(params, opt))
+    pcfg = prime_lib.PRMConfig(beta=0.05, micro_batch_size=2, logprob_chunk_size=4)
+    prm_logp, ref_logp = prime_lib.make_logprobs_fn(MODEL_CFG, pcfg, T)(state.prm, cb.tokens, cb.attention_mask)
+    np.testing.assert_array_equal(prm_logp, ref_logp)  # π_φ starts as π_ref
+    labels = jnp.array([1.0, 0.0, 1.0, 0.0])
+    batch = prime_lib.PRMBatch(tokens=cb.tokens, attention_mask=cb.attention_mask, completion_mask=cb.completion_mask,
+                               ref_logp=ref_logp, labels=labels)
+    step = prime_lib.make_prm_step(MODEL_CFG, pcfg, opt)
+    losses_seen = []
+    for _ in range(6):
+        state, metrics = step(state, batch)
+        losses_seen.append(float(metrics["prm/loss"]))
+    np.testing.assert_allclose(losses_seen[0], np.log(2), rtol=1e-6)
+    assert losses_seen[-1] < losses_seen[0] - 0.05
+    assert float(metrics["prm/accuracy"]) == 1.0  # every sequence reward now has its label's sign
+    prm_logp = prime_lib.make_logprobs_fn(MODEL_CFG, pcfg, T)(state.prm, cb.tokens, cb.attention_mask)[0]
+    z = jnp.sum(prime_rewards.implicit_process_rewards(prm_logp, ref_logp, cb.completion_mask), -1)
+    assert np.all(np.sign(z) == np.asarray(2 * labels - 1))
+    jax.tree.map(np.testing.assert_array_equal, state.params, params)

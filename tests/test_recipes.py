@@ -29,6 +29,7 @@ RECIPES = (
     "entropy_80_20",
     "lp_reg",
     "ppo_arithmetic",
+    "prime",
 )
 RL_STEPS = 2
 
@@ -115,6 +116,20 @@ def test_all_hooks_together_run_without_nans(sft_workdir, tmp_path):
     assert records[1]["ref_reset"] == records[2]["ref_reset"] == 1.0
     assert records[2]["kl"] == 0.0  # the reference was reset to the policy after step 1
     assert records[2]["entropy_coef"] != records[1]["entropy_coef"]  # adapted after step 1
+
+
+def test_prime_trains_its_prm_online(sft_workdir, tmp_path):
+    from configs import prime
+
+    config = shrink(prime.get_config())
+    config.prime.learning_rate = 1e-2  # so that the PRM visibly moves in two steps of the tiny job
+    records = _run_from_sft(config, sft_workdir, str(tmp_path / "prime"))
+    for record in records.values():
+        for key in ("prm/loss", "prm/accuracy", "prm/grad_norm", "loss/pg"):
+            assert key in record, key
+    # step 1: π_φ = π_ref, so every sequence reward is 0 and the cross-entropy is exactly log 2
+    assert abs(records[1]["prm/loss"] - math.log(2)) < 1e-6
+    assert abs(records[2]["prm/loss"] - math.log(2)) > 1e-4  # not log 2 any more: the PRM was updated
 
 
 def test_ppo_shared_trunk_with_minibatches_runs_without_nans(sft_workdir, tmp_path):

@@ -30,9 +30,9 @@ from rl4llm.rl import registry
 from rl4llm.train import learner
 
 # Standard inputs the training loop passes to advantage estimators (baseline_scores: ReMax's greedy rollout;
-# values: the critic's, for estimators in registry.RETURNS_VALUE_TARGETS).
+# values: the critic's, for estimators in registry.RETURNS_VALUE_TARGETS; process_rewards: PRIME's implicit PRM).
 PROVIDED_ADVANTAGE_INPUTS = (
-    "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values", "baseline_scores"
+    "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values", "baseline_scores", "process_rewards"
 )
 
 
@@ -134,6 +134,7 @@ def _abstract_inputs(names) -> dict:
     n, t = 4, 3
     arrays = {
         "scores": (n,), "mask": (n, t), "lengths": (n,), "rewards": (n, t), "values": (n, t), "baseline_scores": (n,),
+        "process_rewards": (n, t),
         "logp": (n, t), "old_logp": (n, t), "advantages": (n,), "entropy": (n, t), "proxy_logp": (n, t),
         "target_advantages": (n,),
     }
@@ -283,7 +284,8 @@ def _task_errors(config) -> list[str]:
 
 
 def _critic_errors(config) -> list[str]:
-    """PPO's value model (config.critic.*), trained when rl.advantage needs values (rl.advantage="gae")."""
+    """PPO's value model (config.critic.*), trained when rl.advantage needs values (rl.advantage="gae"), and
+    PRIME's implicit PRM (config.prime.*, rl.advantage="prime")."""
     errors = []
     c = config.critic
     if not isinstance(c.shared_trunk, bool):
@@ -303,6 +305,18 @@ def _critic_errors(config) -> list[str]:
         )
     if c.checkpoint and not os.path.isdir(c.checkpoint):
         errors.append(f"config.critic.checkpoint={c.checkpoint!r}: not a directory (value_head.save_critic writes one)")
+    _check_range(errors, config, "prime.beta", 0.0, 1e3, low_open=True)
+    _check_range(errors, config, "prime.learning_rate", 0.0, 1.0, low_open=True)
+    _check_range(errors, config, "prime.weight_decay", 0.0, 1.0)
+    _check_range(errors, config, "prime.grad_clip", 0.0, 1e9)
+    uses_prm = config.rl.advantage in registry.ADVANTAGES and "process_rewards" in registry.advantage_inputs(
+        config.rl.advantage
+    )
+    if uses_prm and isinstance(config.rl.num_generations, int) and config.rl.num_generations < 2:
+        errors.append(
+            f"config.rl.num_generations={config.rl.num_generations}: rl.advantage={config.rl.advantage!r} "
+            "(leave-one-out per group) needs at least 2 completions per prompt"
+        )
     return errors
 
 

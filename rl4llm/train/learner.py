@@ -42,6 +42,7 @@ class TrainState(flax.struct.PyTreeNode):
     kl_coef: Any = None
     entropy_coef: Any = None
     critic: Any = None  # train.critic.CriticState of PPO's value model (rl.advantage="gae"); None otherwise
+    prm: Any = None  # train.prime.PRMState of PRIME's implicit PRM (rl.advantage="prime"); None otherwise
 
 
 class LearnerBatch(flax.struct.PyTreeNode):

@@ -33,6 +33,7 @@ from rl4llm.rewards import pipeline as pipeline_lib
 from rl4llm.rl import advantages as advantages_lib
 from rl4llm.rl import entropy as entropy_lib
 from rl4llm.rl import kl as kl_lib
+from rl4llm.rl import prime as prime_rewards
 from rl4llm.rl import registry
 from rl4llm.tokenizers import sentencepiece_tokenizer
 from rl4llm.train import batches
@@ -43,6 +44,7 @@ from rl4llm.train import evaluate as evaluate_lib
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
 from rl4llm.train import metrics as metrics_lib
+from rl4llm.train import prime as prime_lib
 from rl4llm.train import sft as sft_lib
 
 # RL draws its problems from step RL_DATA_OFFSET + s of the training stream, so SFT (steps 0..) and
@@ -370,6 +372,10 @@ class RLPrograms:
     values_fn: Callable | None = None
     critic_step: Callable | None = None
     shared_trunk_step: Callable | None = None
+    # PRIME's implicit PRM (rl.advantage="prime"), else None: (prm state, tokens, attention_mask) ->
+    # (log π_φ, log π_ref) [N, T]; prm_step (state, prm_batch) -> (state, metrics).
+    prm_logprobs_fn: Callable | None = None
+    prm_step: Callable | None = None
 
 
 def needs_behaviour_pass(config) -> bool:
@@ -453,6 +459,15 @@ def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
         host_metrics["kl"] = current_kl
     if programs.values_fn is not None:  # PPO: the rollout's values, once per step
         extra_inputs["values"] = programs.values_fn(state.critic.params, state.params, tokens, attention_mask)
+    if programs.prm_step is not None:  # PRIME: dense rewards from the PRM, then its update on the outcome labels
+        prm_logp, ref_logp = programs.prm_logprobs_fn(state.prm, tokens, attention_mask)
+        extra_inputs["process_rewards"] = prime_rewards.implicit_process_rewards(
+            prm_logp, ref_logp, mask, beta=config.prime.beta
+        )
+        prm_batch = prime_lib.PRMBatch(tokens=tokens, attention_mask=attention_mask, completion_mask=mask,
+                                       ref_logp=ref_logp, labels=jnp.clip(jnp.asarray(scores, jnp.float32), 0.0, 1.0))
+        state, prm_metrics = programs.prm_step(state, prm_batch)
+        host_metrics.update(prm_metrics)
     advantages, returns = _advantages(
         adv_scores,
         group_ids,
@@ -554,9 +569,10 @@ def _after_actor_updates(config, programs: RLPrograms, state, step: int, metrics
     return state
 
 
-def init_rl_state(config, init_params, optimizer, key, critic=None) -> learner_lib.TrainState:
+def init_rl_state(config, init_params, optimizer, key, critic=None, prm=None) -> learner_lib.TrainState:
     """The RL stage's initial TrainState: reference copy when KL is on, adaptive coefficients when adapted,
-    the critic's state (`critic_lib.init_critic_state`) when the run trains one."""
+    the critic's state (`critic_lib.init_critic_state`) / the implicit PRM's (`prime_lib.init_prm_state`)
+    when the run trains one."""
     rl = config.rl
     return learner_lib.TrainState(
         params=init_params,
@@ -567,10 +583,11 @@ def init_rl_state(config, init_params, optimizer, key, critic=None) -> learner_l
         kl_coef=jnp.asarray(rl.kl_coef, jnp.float32) if rl.kl_target > 0 else None,
         entropy_coef=jnp.asarray(rl.entropy_coef, jnp.float32) if rl.entropy_target > 0 else None,
         critic=critic,
+        prm=prm,
     )
 
 
-def build_rl_programs(config, setup: Setup, optimizer, critic_optimizer=None) -> RLPrograms:
+def build_rl_programs(config, setup: Setup, optimizer, critic_optimizer=None, prm_optimizer=None) -> RLPrograms:
     """Jitted learner step, (when needed) the rollout-policy forward pass, and the critic's programs."""
     lcfg = learner_config(config)
     behaviour_fn = None
@@ -587,10 +604,10 @@ def build_rl_programs(config, setup: Setup, optimizer, critic_optimizer=None) ->
                 min_p=min_p,
             )
         )
-    critic_programs = {}
+    extra_programs = {}  # programs of the critic or the implicit PRM
     if critic_optimizer is not None:
         ccfg = critic_lib.critic_config(config)
-        critic_programs = dict(
+        extra_programs = dict(
             values_fn=critic_lib.make_values_fn(setup.model_cfg, config.sampling.max_new_tokens),
             critic_step=critic_lib.make_critic_step(setup.model_cfg, ccfg, critic_optimizer),
             shared_trunk_step=(
@@ -599,11 +616,17 @@ def build_rl_programs(config, setup: Setup, optimizer, critic_optimizer=None) ->
                 else None
             ),
         )
+    if prm_optimizer is not None:
+        pcfg = prime_lib.prm_config(config)
+        extra_programs = dict(
+            prm_logprobs_fn=prime_lib.make_logprobs_fn(setup.model_cfg, pcfg, config.sampling.max_new_tokens),
+            prm_step=prime_lib.make_prm_step(setup.model_cfg, pcfg, prm_optimizer),
+        )
     return RLPrograms(
         optimizer=optimizer,
         learner_step=learner_lib.make_learner_step(setup.model_cfg, lcfg, optimizer),
         behaviour_fn=behaviour_fn,
-        **critic_programs,
+        **extra_programs,
     )
 
 
@@ -618,7 +641,11 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
     if critic_lib.uses_critic(config):
         critic_optimizer = critic_lib.make_critic_optimizer(config)
         critic = critic_lib.init_critic_state(config, setup.model_cfg, init_params, critic_optimizer)
-    state = init_rl_state(config, init_params, optimizer, key, critic)
+    prm_optimizer, prm = None, None
+    if prime_lib.uses_prm(config):
+        prm_optimizer = prime_lib.make_prm_optimizer(config)
+        prm = prime_lib.init_prm_state(init_params, prm_optimizer)
+    state = init_rl_state(config, init_params, optimizer, key, critic, prm)
     ckpt = checkpointing.Checkpointer(
         os.path.join(workdir, "checkpoints", "rl"), max_to_keep=config.checkpoint.max_to_keep
     )
@@ -627,7 +654,7 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
     if restored is not None:
         state, start, last_eval = restored.state, restored.step, restored.meta.get("eval")
         print(f"resuming RL from step {start}", flush=True)
-    programs = build_rl_programs(config, setup, optimizer, critic_optimizer)
+    programs = build_rl_programs(config, setup, optimizer, critic_optimizer, prm_optimizer)
     end = rl.steps if stop_after_step is None else min(rl.steps, stop_after_step)
     for step in range(start + 1, end + 1):
         state, step_metrics = rl_step(config, setup, programs, state, step - 1)

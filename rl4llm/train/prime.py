@@ -1,0 +1,112 @@
+"""PRIME's implicit PRM in the training loop (Cui et al. 2025, "Process Reinforcement through Implicit Rewards").
+
+The PRM π_φ is a second decoder initialised from the warm-start policy, which is also its frozen reference
+π_ref (both carried in `TrainState.prm`). Each RL step: the PRM and reference log-probs of the rollout give
+the dense rewards `r_t = β·(log π_φ − log π_ref)` (`rl.prime.implicit_process_rewards`) for the "prime"
+advantage, then the PRM takes one AdamW step on the batch's outcome labels (cross-entropy on the sequence
+reward `β·Σ_t (log π_φ − log π_ref)`, `rl.prime.implicit_prm_loss`), i.e. the rewards of a batch come from
+the PRM before it has seen that batch's labels (PRIME's "update after" order). Log-probs are those of the
+untempered model (temperature 1): the PRM scores the text, it does not sample it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+
+from rl4llm.rl import prime as prime_lib
+from rl4llm.rl import registry
+from rl4llm.train import learner as learner_lib
+from rl4llm.train import logprobs as logprobs_lib
+
+
+class PRMState(flax.struct.PyTreeNode):
+    params: Any  # π_φ (decoder params), trained
+    ref_params: Any  # π_ref, frozen (the warm-start policy)
+    opt_state: Any
+
+
+class PRMBatch(flax.struct.PyTreeNode):
+    tokens: jax.Array  # [N, P+T] int32
+    attention_mask: jax.Array  # [N, P+T] int32
+    completion_mask: jax.Array  # [N, T] float32
+    ref_logp: jax.Array  # [N, T] log π_ref of the completions (fixed: computed once per step)
+    labels: jax.Array  # [N] outcome labels in [0, 1]
+
+
+@dataclasses.dataclass(frozen=True)
+class PRMConfig:
+    beta: float  # 0.05 (PRIME)
+    micro_batch_size: int  # 0: no accumulation
+    logprob_chunk_size: int
+
+
+def uses_prm(config) -> bool:
+    """Whether the run trains an implicit PRM: the advantage estimator takes process rewards ("prime")."""
+    return "process_rewards" in registry.advantage_inputs(config.rl.advantage)
+
+
+def prm_config(config) -> PRMConfig:
+    return PRMConfig(beta=config.prime.beta, micro_batch_size=config.rl.micro_batch_size,
+                     logprob_chunk_size=config.rl.logprob_chunk_size)
+
+
+def _logp(model_cfg, pcfg: PRMConfig, params, tokens, attention_mask, completion_len: int):  # [N, T]
+    return logprobs_lib.completion_logprobs(model_cfg, params, tokens, attention_mask, completion_len,
+                                            chunk_size=pcfg.logprob_chunk_size)[0]
+
+
+def make_logprobs_fn(model_cfg, pcfg: PRMConfig, completion_len: int) -> Callable:
+    """Jitted `(prm_state, tokens, attention_mask) -> (log π_φ, log π_ref)` [N, T] of a rollout."""
+    logp = functools.partial(_logp, model_cfg, pcfg, completion_len=completion_len)
+    return jax.jit(lambda prm, tokens, mask: (logp(prm.params, tokens, mask), logp(prm.ref_params, tokens, mask)))
+
+
+def prm_step(model_cfg, pcfg: PRMConfig, optimizer, state: learner_lib.TrainState, batch: PRMBatch):
+    """One PRM update on `batch`: mean over sequences of the implicit-PRM cross-entropy, gradients
+    accumulated over micro-batches (each sequence weighs 1/N whatever the split). -> (state, metrics)."""
+    n, completion_len = batch.completion_mask.shape
+
+    def loss_fn(params, mb: PRMBatch):
+        logp = _logp(model_cfg, pcfg, params, mb.tokens, mb.attention_mask, completion_len)
+        per_seq = prime_lib.implicit_prm_loss(logp, mb.ref_logp, mb.completion_mask, mb.labels, beta=pcfg.beta)
+        # verl `compute_dpo_abs_accuracy`: sign of the sequence reward agrees with the label
+        z = jnp.sum(prime_lib.implicit_process_rewards(logp, mb.ref_logp, mb.completion_mask, beta=pcfg.beta), -1)
+        correct = jnp.sum((jnp.sign(z) == jnp.sign(2 * mb.labels - 1)).astype(jnp.float32))
+        return jnp.sum(per_seq) / n, correct / n
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    m = pcfg.micro_batch_size or n
+    micro = jax.tree.map(lambda x: x.reshape((n // m, m) + x.shape[1:]), batch)
+
+    def accumulate(carry, mb):
+        (loss, acc), grads = grad_fn(state.prm.params, mb)
+        return jax.tree.map(jnp.add, carry, (grads, loss, acc)), None
+
+    zeros = (jax.tree.map(jnp.zeros_like, state.prm.params), jnp.float32(0), jnp.float32(0))
+    (grads, loss, acc), _ = jax.lax.scan(accumulate, zeros, micro)
+    updates, opt_state = optimizer.update(grads, state.prm.opt_state, state.prm.params)
+    prm = state.prm.replace(params=optax.apply_updates(state.prm.params, updates), opt_state=opt_state)
+    return state.replace(prm=prm), {"prm/loss": loss, "prm/accuracy": acc, "prm/grad_norm": optax.tree.norm(grads)}
+
+
+def make_prm_step(model_cfg, pcfg: PRMConfig, optimizer) -> Callable:
+    """Jitted `prm_step(state, batch)`, state donated."""
+    return jax.jit(functools.partial(prm_step, model_cfg, pcfg, optimizer), donate_argnums=0)
+
+
+def make_prm_optimizer(config) -> optax.GradientTransformation:
+    p = config.prime
+    return learner_lib.make_optimizer(p.learning_rate, 0, p.weight_decay, p.grad_clip)
+
+
+def init_prm_state(policy_params, optimizer) -> PRMState:
+    """π_φ and π_ref both start as copies of the warm-start policy."""
+    params = jax.tree.map(jnp.copy, policy_params)
+    return PRMState(params=params, ref_params=jax.tree.map(jnp.copy, policy_params), opt_state=optimizer.init(params))
