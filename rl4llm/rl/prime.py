@@ -11,7 +11,6 @@ by cross-entropy on that sequence reward. The advantage combining it with the ou
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 
 from rl4llm.rl.aggregation import masked_sum
 

@@ -3,8 +3,9 @@
 `run(config, workdir)` is what `experiments/train.py` calls. An RL step (`rl_step`) is: rollout and score,
 an optional forward pass of the rollout policy (old log-probs, entropies for the forking-token mask,
 Lp-Reg proxy log-probs, KL in the reward), advantages by registry name (with ReMax's greedy baseline
-rollout when needed), the learner updates, then the adaptive KL / entropy controllers and the
-periodic reference reset. Both stages checkpoint with Orbax under
+rollout when needed; PPO: the critic's values of the rollout, `train.critic`; PRIME: the implicit PRM's
+dense rewards and its online update, `train.prime`), the learner (and critic) updates, then the adaptive
+KL / entropy controllers and the periodic reference reset. Both stages checkpoint with Orbax under
 `<workdir>/checkpoints/{sft,rl}`; running again with the same workdir resumes from the newest
 readable checkpoint and continues exactly as the uninterrupted run would (every random draw of RL
 step s comes from `fold_in(key, s)` and the data of step s is a pure function of s).
