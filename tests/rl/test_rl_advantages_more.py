@@ -237,7 +237,7 @@ def test_every_registered_estimator_runs_under_jit(name):
     inputs = dict(
         group_ids=jnp.arange(n) % gnum, mask=jnp.ones((n, t)), values=jax.random.normal(k[1], (n, t)),
         baseline_scores=jnp.full((n,), 0.5), reward_components=jnp.stack([scores, 1 - scores], -1),
-        seq_metric=jax.random.normal(k[2], (n,)))
+        seq_metric=jax.random.normal(k[2], (n,)), process_rewards=0.05 * jax.random.normal(k[1], (n, t)))
     fn = jax.jit(lambda s, kw: registry.get_advantage(name)(s, kw.pop("group_ids"), kw.pop("mask"),
                                                             num_groups=gnum, **kw))
     out = fn(scores, dict(inputs))
