@@ -20,7 +20,7 @@ def _score(spec, texts, answers, lengths=None, groups=None, max_length=16):
 
 def test_plain_pipeline_is_the_main_reward():
     texts, answers = ["#3", "#4", "1+2=3;#3", ""], ["3", "3", "3", "0"]
-    scores, main, metrics = _score(pipeline.RewardSpec("exact_answer"), texts, answers)
+    scores, main, _, metrics = _score(pipeline.RewardSpec("exact_answer"), texts, answers)
     expected = np.asarray([arithmetic.score(t, a) for t, a in zip(texts, answers)], np.float32)
     np.testing.assert_array_equal(scores, expected)
     np.testing.assert_array_equal(main, expected)
@@ -34,7 +34,7 @@ def test_extras_conditional_and_length_shaping():
         length_shaping="dler_truncation", length_kwargs=(("limit", 10),),
     )
     texts = ["<think>x</think><answer>1+2</answer>", "<think>x</think><answer>1*2</answer>", "<answer>2+1</answer>"]
-    scores, main, metrics = _score(spec, texts, [answer] * 3, lengths=[5, 5, 12])
+    scores, main, _, metrics = _score(spec, texts, [answer] * 3, lengths=[5, 5, 12])
     np.testing.assert_allclose(main, [1.0, 0.1, 1.0])
     # correct + format bonus 0.5 | wrong: no bonus (if_correct) | correct but longer than the DLER limit: 0
     np.testing.assert_allclose(scores, [1.5, 0.1, 0.0])
@@ -46,11 +46,11 @@ def test_majority_vote_pseudo_labels():
     texts = ["#4", "#4", "#5", "x", "x", "#7"]
     groups = [0, 0, 0, 1, 1, 1]
     spec = pipeline.RewardSpec("exact_answer", pseudo_labels="majority_vote")
-    scores, main, metrics = _score(spec, texts, ["unused"] * 6, groups=groups)
+    scores, main, _, metrics = _score(spec, texts, ["unused"] * 6, groups=groups)
     np.testing.assert_array_equal(scores, [1, 1, 0, 0, 0, 1])  # group 1's only vote is its label
     assert metrics["pseudo_label/labelled_frac"] == 1.0
     assert metrics["pseudo_label/agreement"] == pytest.approx(3 / 4)
-    scores, _, metrics = _score(spec, ["x", "y"], ["1", "1"], groups=[0, 0])
+    scores, _, _, metrics = _score(spec, ["x", "y"], ["1", "1"], groups=[0, 0])
     np.testing.assert_array_equal(scores, [0, 0])
     assert metrics["pseudo_label/labelled_frac"] == 0.0
 
@@ -58,14 +58,14 @@ def test_majority_vote_pseudo_labels():
 def test_math_majority_vote_uses_normalised_answers():
     spec = pipeline.RewardSpec("math", pseudo_labels="majority_vote")
     texts = [r"\boxed{\frac12}", r"\boxed{0.5}", r"\boxed{\dfrac{1}{2}}", r"\boxed{3}"]
-    scores, _, _ = _score(spec, texts, [""] * 4)
+    scores, _, _, _ = _score(spec, texts, [""] * 4)
     np.testing.assert_array_equal(scores, [1, 1, 1, 0])
 
 
 def test_pooled_pipeline_matches_inline():
     texts, answers = ["#3", "#4", "#-1", "#0"] * 4, ["3", "3", "-1", "1"] * 4
-    inline, _, _ = _score(pipeline.RewardSpec("exact_answer"), texts, answers)
-    pooled, _, metrics = _score(pipeline.RewardSpec("exact_answer", num_workers=2, timeout_s=10), texts, answers)
+    inline, _, _, _ = _score(pipeline.RewardSpec("exact_answer"), texts, answers)
+    pooled, _, _, metrics = _score(pipeline.RewardSpec("exact_answer", num_workers=2, timeout_s=10), texts, answers)
     np.testing.assert_array_equal(inline, pooled)
     assert metrics["reward/errors"] == 0
 

@@ -100,7 +100,7 @@ def test_countdown_recipe_scores_its_reference_solutions(tmp_path):
         examples = setup.task.source.train_examples(0, 8)
         assert not setup.tokenizer.unknown_chars("".join(e.prompt + e.solution for e in examples))
         lengths = [len(setup.tokenizer.encode(e.solution)) + 1 for e in examples]
-        scores, main, metrics = setup.rewards.score(
+        scores, main, _, metrics = setup.rewards.score(
             [e.solution for e in examples], [e.answer for e in examples], np.array(lengths), np.arange(8),
             max_length=config.sampling.max_new_tokens,
         )

@@ -5,6 +5,7 @@
   that only counts on a correct answer, GDPO's advice against easy rewards dominating the hard one).
   Per-component GDPO normalisation (normalise each component within its group, then sum) is an advantage
   estimator, not a reward; it takes these components as its input.
+* :func:`conditioned` — each extra component as it enters :func:`combine` (the reward components of GDPO).
 * :func:`parse_weights` — ``"format_think_answer:0.2,answer_tag:0.1"`` -> ``{"format_think_answer": 0.2, ...}``.
 * :func:`majority_vote` — TTRL (Zuo et al. 2025): for a label-free prompt, the pseudo-label of each group is the
   most frequent extracted answer among its G samples (ties -> the answer seen first; samples with no answer do
@@ -27,17 +28,24 @@ def combine(
     threshold: float = 1.0,
 ) -> np.ndarray:
     """The combined reward [N] of the main component [N] and weighted extra components (module docstring)."""
-    if mode not in COMBINE_MODES:
-        raise ValueError(f"combine mode {mode!r}; known: {', '.join(COMBINE_MODES)}")
     if set(extras) != set(weights):
         raise ValueError(f"extra components {sorted(extras)} do not match the weights {sorted(weights)}")
     main = np.asarray(main, np.float64)
     bonus = np.zeros_like(main)
-    for name, values in extras.items():
-        bonus += weights[name] * np.asarray(values, np.float64)
-    if mode == "if_correct":
-        bonus = np.where(main >= threshold, bonus, 0.0)
+    for name, values in conditioned(main, extras, mode=mode, threshold=threshold).items():
+        bonus += weights[name] * values
     return (main + bonus).astype(np.float32)
+
+
+def conditioned(
+    main: np.ndarray, extras: Mapping[str, np.ndarray], *, mode: str = "sum", threshold: float = 1.0
+) -> dict[str, np.ndarray]:
+    """Each extra component [N] (float64) as it enters :func:`combine`: ``extra_k`` (``mode="sum"``) or
+    ``1[main >= threshold] · extra_k`` (``mode="if_correct"``), in the order of ``extras``."""
+    if mode not in COMBINE_MODES:
+        raise ValueError(f"combine mode {mode!r}; known: {', '.join(COMBINE_MODES)}")
+    keep = np.asarray(main, np.float64) >= threshold if mode == "if_correct" else True
+    return {name: np.where(keep, np.asarray(values, np.float64), 0.0) for name, values in extras.items()}
 
 
 def parse_weights(spec: str) -> dict[str, float]:

@@ -2,14 +2,16 @@
 
 ``RewardPipeline.score(texts, answers, lengths, group_ids, max_length)`` returns the rewards [N] the advantage
 estimator sees, the main component [N] (correctness: what ``solve_all`` / ``solve_none`` and evaluation use),
-and metrics. The order, each step optional:
+the reward components [N, K] (for multi-reward estimators: GDPO, BNPO's decomposition) and metrics. The order,
+each step optional:
 
 1. **pseudo-labels** (``pseudo_labels="majority_vote"``, TTRL): the reference answers are replaced by each group's
    majority extracted answer (``rl4llm.rewards.combine.majority_vote``); a group without any answer scores 0;
 2. **main** reward and every **extra** component, each batch scored by a ``BatchScorer`` (process pool with a hard
    per-call timeout, or inline);
 3. **combination** ``main + Σ w_k extra_k`` or its ``if_correct`` form (``rl4llm.rewards.combine.combine``);
-4. **length shaping** by name (``rl4llm.rewards.length.LENGTH_SHAPING``) with its hyper-parameters.
+4. **length shaping** by name (``rl4llm.rewards.length.LENGTH_SHAPING``) with its hyper-parameters, applied to
+   the combined reward only: the components never carry it.
 
 With none of the options set, the rewards are the main reward's scores, computed exactly as a plain loop would.
 """
@@ -76,8 +78,14 @@ class RewardPipeline:
         group_ids: np.ndarray,
         *,
         max_length: int,
-    ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-        """(rewards [N] float32, main component [N] float32, metrics) of one batch."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float]]:
+        """(rewards [N] float32, main component [N] float32, components [N, K] float32, metrics) of one batch.
+
+        ``components[:, 0]`` is the main reward and ``components[:, k]`` the k-th extra reward in config order,
+        unweighted and as it enters the combination (``if_correct``: ``1[main >= 1] · extra_k``), so that before
+        length shaping ``rewards = components @ (1, w_1, ..., w_{K-1})``. Length shaping changes the combined
+        rewards only.
+        """
         metrics: dict[str, float] = {}
         labelled = np.ones(len(texts), bool)
         if self.spec.pseudo_labels == "majority_vote":
@@ -100,11 +108,12 @@ class RewardPipeline:
         if extras:
             scores = combine_lib.combine(main, extras, dict(self.spec.extra_weights), mode=self.spec.extra_mode)
             metrics[f"reward/{self.spec.reward}"] = float(main.mean())
+        components = np.stack([main, *combine_lib.conditioned(main, extras, mode=self.spec.extra_mode).values()], -1)
         if self.spec.length_shaping != "none":
             shape = length_lib.LENGTH_SHAPING[self.spec.length_shaping]
             scores = shape(scores, lengths, group_ids, max_length=max_length, **dict(self.spec.length_kwargs))
             metrics[f"reward/{self.spec.reward}"] = float(main.mean())
-        return scores, main, metrics
+        return scores, main, components.astype(np.float32), metrics
 
     @staticmethod
     def _components(scorer, texts, answers, labelled) -> tuple[np.ndarray, int, int]:

@@ -30,9 +30,11 @@ from rl4llm.rl import registry
 from rl4llm.train import learner
 
 # Standard inputs the training loop passes to advantage estimators (baseline_scores: ReMax's greedy rollout;
-# values: the critic's, for estimators in registry.RETURNS_VALUE_TARGETS; process_rewards: PRIME's implicit PRM).
+# values: the critic's, for estimators in registry.RETURNS_VALUE_TARGETS; process_rewards: PRIME's implicit PRM;
+# reward_components: the reward pipeline's [N, K], when `uses_reward_components`).
 PROVIDED_ADVANTAGE_INPUTS = (
-    "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values", "baseline_scores", "process_rewards"
+    "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values", "baseline_scores", "process_rewards",
+    "reward_components",
 )
 
 
@@ -78,6 +80,47 @@ def hyperparameter_fields(table: dict, standard_inputs: tuple) -> ml_collections
 def set_kwargs(kwargs: ml_collections.ConfigDict) -> dict:
     """The hyper-parameters that are set (not None) in a `*_kwargs` config field."""
     return {k: v for k, v in kwargs.to_dict().items() if v is not None}
+
+
+def uses_reward_components(config) -> bool:
+    """Whether the advantage estimator gets the reward components [N, K] (the main reward, then the rewards of
+    `config.task.extra_rewards`): it declares `reward_components` and extra rewards are configured. Without
+    extra rewards `bnpo` normalises the combined reward as before, and `gdpo` is a config error."""
+    declared = "reward_components" in registry.advantage_inputs(config.rl.advantage)
+    return declared and bool(combine_lib.parse_weights(config.task.extra_rewards))
+
+
+def _reward_component_errors(config) -> list[str]:
+    """An estimator of reward components needs extra rewards, and sees neither length shaping nor a KL penalty
+    in the reward (both change the combined reward only)."""
+    rl, task = config.rl, config.task
+    if rl.advantage not in registry.ADVANTAGES or "reward_components" not in registry.advantage_inputs(rl.advantage):
+        return []
+    try:
+        has_extras = bool(combine_lib.parse_weights(task.extra_rewards))
+    except ValueError:
+        return []  # reported by _task_errors
+    default = inspect.signature(registry.ADVANTAGES[rl.advantage]).parameters["reward_components"].default
+    if not has_extras and default is inspect.Parameter.empty:
+        return [
+            f"config.rl.advantage={rl.advantage!r} normalises each reward component separately but "
+            f"config.task.extra_rewards={task.extra_rewards!r} configures none besides the main reward (with one "
+            "component it is GRPO followed by a batch whitening): set config.task.extra_rewards, e.g. "
+            "'format_think_answer:0.5', or use rl.advantage='grpo'"
+        ]
+    errors = []
+    if has_extras and task.length_shaping != "none":
+        errors.append(
+            f"config.task.length_shaping={task.length_shaping!r}: shapes the combined reward only, which "
+            f"rl.advantage={rl.advantage!r} with extra rewards does not use (it normalises the components); "
+            "set it to 'none' or drop config.task.extra_rewards"
+        )
+    if has_extras and rl.kl_in_reward:
+        errors.append(
+            f"config.rl.kl_in_reward=True: the penalty enters the combined reward only, which "
+            f"rl.advantage={rl.advantage!r} with extra rewards does not use; put the KL in the loss (rl.kl_coef)"
+        )
+    return errors
 
 
 def _check_positive_int(errors, config, path, *, minimum=1):
@@ -134,7 +177,7 @@ def _abstract_inputs(names) -> dict:
     n, t = 4, 3
     arrays = {
         "scores": (n,), "mask": (n, t), "lengths": (n,), "rewards": (n, t), "values": (n, t), "baseline_scores": (n,),
-        "process_rewards": (n, t),
+        "process_rewards": (n, t), "reward_components": (n, 2),
         "logp": (n, t), "old_logp": (n, t), "advantages": (n,), "entropy": (n, t), "proxy_logp": (n, t),
         "target_advantages": (n,),
     }
@@ -397,6 +440,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_positive_int(errors, config, "rl.logprob_vocab_chunk_size", minimum=0)
     errors += _batch_errors(config)
     errors += _method_errors(config)
+    errors += _reward_component_errors(config)
     errors += _control_errors(config)
     errors += _critic_errors(config)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import json
 import os
 import time
@@ -287,13 +288,24 @@ def _advantages(scores, group_ids, mask, *, name: str, num_groups: int, kwargs: 
     """Advantages [N, T] (zero outside the mask) from the registered estimator `name`, and the value
     targets (returns [N, T] of estimators in `registry.RETURNS_VALUE_TARGETS`, else None).
 
-    `inputs`: optional standard inputs (rewards [N, T], values [N, T], baseline_scores [N]) for estimators
-    that declare them.
+    `inputs`: optional standard inputs (rewards [N, T], values [N, T], baseline_scores [N], reward_components
+    [N, K], process_rewards [N, T]) for estimators that declare them.
     """
     out = registry.get_advantage(name)(scores, group_ids, mask, num_groups=num_groups, **inputs, **dict(kwargs))
     adv, returns = out if name in registry.RETURNS_VALUE_TARGETS else (out, None)
     adv = adv[:, None] if adv.ndim == 1 else adv
     return jnp.broadcast_to(adv, mask.shape) * mask, returns
+
+
+def advantage_kwargs(config) -> dict:
+    """The estimator's hyper-parameters: those set in `config.rl.advantage_kwargs`, and for an estimator with
+    per-component `weights` (GDPO) that gets the reward components, w = (1, w_1, ..., w_{K-1}) of the main and
+    extra rewards of `config.task.extra_rewards` (the weights of the combined reward)."""
+    kwargs = config_validation.set_kwargs(config.rl.advantage_kwargs)
+    estimator = inspect.signature(registry.ADVANTAGES[config.rl.advantage])
+    if config_validation.uses_reward_components(config) and "weights" in estimator.parameters:
+        kwargs["weights"] = (1.0, *combine_lib.parse_weights(config.task.extra_rewards).values())
+    return kwargs
 
 
 def _step_prompts(config, setup: Setup, step: int):
@@ -308,16 +320,17 @@ def _step_prompts(config, setup: Setup, step: int):
 def _score(config, setup: Setup, rollout, answers, group_ids: np.ndarray):
     """Host rewards of a rollout (one device->host transfer; the batch scored in one pipeline call).
 
-    Returns (rewards [N], main reward [N], completion mask [N, T], finished [N], reward metrics).
+    Returns (rewards [N], main reward [N], reward components [N, K], completion mask [N, T], finished [N],
+    reward metrics).
     """
     completion_tokens, completion_mask, finished = jax.device_get(
         (rollout.completion_tokens, rollout.completion_mask, rollout.finished)
     )
     texts = batches.decode_completions(setup.tokenizer, completion_tokens, completion_mask)
-    scores, main, metrics = setup.rewards.score(
+    scores, main, components, metrics = setup.rewards.score(
         texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens
     )
-    return scores, main, completion_mask, finished, metrics
+    return scores, main, components, completion_mask, finished, metrics
 
 
 def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.ndarray:
@@ -334,7 +347,8 @@ def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.n
 def rollout_and_score(config, setup: Setup, params, step: int, key):
     """Samples G completions for each of the step's prompts and scores them on the host.
 
-    Returns (rollout, scores [N], host metrics). One device->host transfer of the completions.
+    Returns (rollout, scores [N], reward components [N, K], host metrics). One device->host transfer of the
+    completions.
     """
     rl = config.rl
     examples, prompt_tokens, prompt_mask = _step_prompts(config, setup, step)
@@ -343,7 +357,9 @@ def rollout_and_score(config, setup: Setup, params, step: int, key):
     rollout = sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg)
     answers = [e.answer for e in examples for _ in range(rl.num_generations)]
     group_ids = np.repeat(np.arange(rl.num_prompts), rl.num_generations)
-    scores, main, completion_mask, finished, reward_metrics = _score(config, setup, rollout, answers, group_ids)
+    scores, main, components, completion_mask, finished, reward_metrics = _score(
+        config, setup, rollout, answers, group_ids
+    )
     grouped = main.reshape(rl.num_prompts, rl.num_generations)  # solved = the main (correctness) reward
     host_metrics = {
         **reward_metrics,
@@ -355,7 +371,7 @@ def rollout_and_score(config, setup: Setup, params, step: int, key):
         "solve_all_frac": np.mean(grouped.min(-1) == 1),
         "generated_tokens": completion_mask.sum(),
     }
-    return rollout, scores, host_metrics
+    return rollout, scores, components, host_metrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -431,9 +447,11 @@ def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
     n = rl.num_prompts * rl.num_generations
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
-    rollout, scores, host_metrics = rollout_and_score(config, setup, state.params, step, step_key)
+    rollout, scores, components, host_metrics = rollout_and_score(config, setup, state.params, step, step_key)
     advantage_inputs = registry.advantage_inputs(rl.advantage)
     extra_inputs = {}
+    if config_validation.uses_reward_components(config):
+        extra_inputs["reward_components"] = jnp.asarray(components)
     if "baseline_scores" in advantage_inputs:
         baseline = greedy_baseline_scores(
             config, setup, state.params, step, jax.random.fold_in(step_key, _GREEDY_BASELINE_STREAM)
@@ -475,7 +493,7 @@ def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
         mask,
         name=rl.advantage,
         num_groups=rl.num_prompts,
-        kwargs=tuple(sorted(config_validation.set_kwargs(rl.advantage_kwargs).items())),
+        kwargs=tuple(sorted(advantage_kwargs(config).items())),
         **{k: v for k, v in extra_inputs.items() if k in advantage_inputs},
     )
     loss_inputs = registry.policy_loss_inputs(rl.loss)
