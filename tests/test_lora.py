@@ -132,3 +132,19 @@ def test_bf16_compute_keeps_float32_master_weights_and_log_probs(base):
     grads = jax.grad(lambda t: jnp.sum(logprobs_lib.completion_logprobs(
         bf16, lora.with_trainable(params, t), TOKENS, MASK, 4)[0]))(lora.trainable(params))
     assert {x.dtype for x in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
+
+
+def test_sft_step_trains_only_the_adapters(base):
+    from rl4llm.train import sft as sft_lib
+
+    params = jax.tree.map(jnp.copy, lora.add_adapters(CFG, base, jax.random.key(1)))  # the step donates its state
+    old_adapters = jax.device_get(lora.split(params)[1])
+    optimizer = optax.adam(1e-2)
+    state = sft_lib.SFTState(params=params, opt_state=optimizer.init(lora.trainable(params)))
+    step = sft_lib.make_sft_step(CFG, optimizer, chunk_size=4)
+    for _ in range(2):
+        state, metrics = step(state, TOKENS, MASK, jnp.ones((2, 4), jnp.float32))
+    new_base, new_adapters = lora.split(state.params)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), base, new_base)
+    changed = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))), old_adapters, new_adapters)
+    assert all(jax.tree.leaves(changed)) and np.isfinite(float(metrics["loss"]))
