@@ -307,22 +307,27 @@ def _block_without_cache(layer: DecoderLayer, x: jax.Array, cos: jax.Array, sin:
 
 def _scan_blocks(layers: nnx.List, remat: str, x: jax.Array, cos: jax.Array, sin: jax.Array,
                  mask: jax.Array) -> jax.Array:
-    """x [B, L, E] through every block of a cache-free forward, as one `lax.scan` over the blocks' stacked
-    params, each step under `jax.checkpoint` with the `ModelConfig.remat` policy ("none": bare).
+    """x [B, L, E] through every block of a cache-free forward.
 
-    The scan makes the backward pass run block by block, so it holds one block's recomputed
-    intermediates at a time. (With an unrolled loop of checkpointed blocks, XLA's CPU scheduler
+    remat "none": an unrolled loop of bare blocks (fastest: no stacking of the params, no loop carry; the
+    default run's learner step takes 2.5 s with the scan below and 2.0 s unrolled, arith model, 256 x 48 tokens).
+    Otherwise one `lax.scan` over the blocks' stacked params, each step under `jax.checkpoint` with the
+    `ModelConfig.remat` policy. The scan makes the backward pass run block by block, so it holds one block's
+    recomputed intermediates at a time. (With an unrolled loop of checkpointed blocks, XLA's CPU scheduler
     hoists the recomputations and keeps nearly all of them: small, 1 x 1056 tokens, 450 MB of temp
     buffers against 308 MB with the scan.)
     """
+    if remat == "none":
+        for layer in layers:
+            x = _block_without_cache(layer, x, cos, sin, mask)
+        return x
     graphdef, _ = nnx.split(layers[0])
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *(nnx.state(layer) for layer in layers))  # [layers, ...]
 
     def block(x, state):
         return _block_without_cache(nnx.merge(graphdef, state), x, cos, sin, mask), None
 
-    if remat != "none":
-        block = jax.checkpoint(block, policy=_REMAT_POLICIES[remat], prevent_cse=False)
+    block = jax.checkpoint(block, policy=_REMAT_POLICIES[remat], prevent_cse=False)
     return jax.lax.scan(block, x, stacked)[0]
 
 
