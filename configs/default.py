@@ -92,7 +92,7 @@ def get_config() -> ml_collections.ConfigDict:
 
     # RL (rl4llm.rl kernels by name; rl4llm.train.learner).
     c.rl = ml_collections.ConfigDict()
-    c.rl.steps = 150
+    c.rl.steps = 100
     c.rl.num_prompts = 16  # prompts per step
     c.rl.num_generations = 16  # completions per prompt (the group)
     # Methods by registry name. `*_kwargs` hold every hyper-parameter of every registered method as
@@ -149,12 +149,12 @@ def get_config() -> ml_collections.ConfigDict:
     # Held-out evaluation: greedy accuracy, and pass@k from `pass_n` samples at the rollout temperature.
     c.eval = ml_collections.ConfigDict()
     c.eval.num_examples = 512
-    c.eval.every = 30
+    c.eval.every = 25
     c.eval.pass_n = 4
     c.eval.pass_k = (1, 4)
 
     c.log_every = 5
     c.checkpoint = ml_collections.ConfigDict()
-    c.checkpoint.every = 30
+    c.checkpoint.every = 25
     c.checkpoint.max_to_keep = 3
     return c
