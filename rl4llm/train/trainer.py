@@ -19,7 +19,6 @@ import inspect
 import json
 import os
 import time
-from typing import Callable
 from typing import Any, Callable
 
 import jax
