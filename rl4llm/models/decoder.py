@@ -305,7 +305,7 @@ def _block_without_cache(layer: DecoderLayer, x: jax.Array, cos: jax.Array, sin:
     return layer(x, cos, sin, mask, None, None)[0]
 
 
-def _scan_blocks(layers: nnx.List, remat: str, x: jax.Array, cos: jax.Array, sin: jax.Array,
+def _run_blocks(layers: nnx.List, remat: str, x: jax.Array, cos: jax.Array, sin: jax.Array,
                  mask: jax.Array) -> jax.Array:
     """x [B, L, E] through every block of a cache-free forward.
 
@@ -368,7 +368,7 @@ class Decoder(nnx.Module):
         length = tokens.shape[1]
         if cache is None:
             mask = attention_mask_for(jnp.arange(length), attention_mask)  # [B, L, L]
-            x = _scan_blocks(self.layers, cfg.remat, x, cos, sin, mask)
+            x = _run_blocks(self.layers, cfg.remat, x, cos, sin, mask)
             return self.final_norm(x), None
 
         cache_index = jnp.asarray(cache_index, jnp.int32)
