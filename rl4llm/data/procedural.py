@@ -49,9 +49,12 @@ def sample(
     distinct: bool,
     what: object,
     hint: str,
+    key: Callable[[Example], str] = lambda ex: ex.prompt,
 ) -> list[Example]:
     """Rejection-samples ``n`` problems from ``draw(rng, CHUNK)`` whose split is ``test``; raises a ValueError
-    naming ``what`` (the task config) and ``hint`` (how to enlarge the problem space) if the split is too small."""
+    naming ``what`` (the task config) and ``hint`` (how to enlarge the problem space) if the split is too small.
+    ``key(problem)`` is the text the split and distinctness go by (the prompt; multi-turn envs, whose prompt may
+    not show the hidden instance, pass their own)."""
     out: list[Example] = []
     seen: set[str] = set()
     draws = 0
@@ -66,9 +69,10 @@ def sample(
         batch = draw(rng, CHUNK)
         draws += len(batch)
         for ex in batch:
-            if is_held_out(ex.prompt, test_fraction) != test or (distinct and ex.prompt in seen):
+            text = key(ex)
+            if is_held_out(text, test_fraction) != test or (distinct and text in seen):
                 continue
-            seen.add(ex.prompt)
+            seen.add(text)
             out.append(ex)
             if len(out) == n:
                 break
