@@ -13,15 +13,14 @@ import time
 
 import pytest
 
+import adversarial_programs as adv
 from rl4llm.rewards import sandbox
 
 FAST = sandbox.Limits(wall_s=3.0, cpu_s=2, nproc=8, memory_mb=256)
 # For programs expected to run out of time: a shorter wall clock keeps the file fast.
 LOOP = sandbox.Limits(wall_s=1.5, cpu_s=1, nproc=8, memory_mb=256)
-# Programs that signal "every process they can" are only safe where the sandbox cannot reach ours.
-CONTAINED = sandbox.isolation() == "namespaces" or os.getuid() == 0
 needs_containment = pytest.mark.skipif(
-    not CONTAINED, reason="no namespaces and not root: this attack would reach this user's own processes"
+    not adv.CONTAINED, reason="no namespaces and not root: this attack would reach this user's own processes"
 )
 
 
@@ -107,36 +106,33 @@ def test_a_timeout_keeps_the_tests_finished_before_it():
 
 def test_infinite_loop():
     start = time.monotonic()
-    _attack("while True:\n    pass\nprint('ok')\n", limits=LOOP)
+    _attack(adv.INFINITE_LOOP, limits=LOOP)
     assert time.monotonic() - start < LOOP.wall_s + 2
 
 
 @needs_containment
 def test_fork_bomb_is_bounded_and_fully_killed():
-    _attack("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", limits=LOOP)
+    _attack(adv.FORK_BOMB, limits=LOOP)
 
 
 @needs_containment
 def test_background_process_escaping_with_setsid_is_killed():
-    program = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(100)\nprint('ok')\n"
-    result = sandbox.run_tests(program, [{"input": "", "output": "ok"}], FAST)
+    result = sandbox.run_tests(adv.SETSID_ESCAPE, [{"input": "", "output": "ok"}], FAST)
     assert (result.passed, result.status) == (1, "ok")  # the program did what its test asked, in time...
     if os.getuid() == 0:
         assert _uid_processes(sandbox._sandbox_uid()) == []  # ...and its detached child is gone
 
 
 def test_memory_bomb():
-    _attack("x = bytearray(10 ** 10)\nprint('ok')\n")
-    _attack("chunks = []\nwhile True:\n    chunks.append('x' * 10 ** 7)\n")
+    for program in adv.MEMORY_BOMBS:
+        _attack(program)
 
 
 def test_writing_outside_the_work_directory(tmp_path):
     repo_file = os.path.join(os.path.dirname(sandbox.__file__), "ESCAPED_FROM_SANDBOX")
     targets = [str(tmp_path / "escaped"), repo_file, os.path.expanduser("~/ESCAPED_FROM_SANDBOX")]
-    program = "import os\nfor path in %r:\n    os.makedirs(os.path.dirname(path), exist_ok=True)\n" % targets
-    program += "    with open(path, 'w') as f:\n        f.write('pwned')\nprint('ok')\n"
     try:
-        _attack(program)
+        _attack(adv.write_files(targets))
         for path in targets:
             assert not os.path.exists(path), path
     finally:
@@ -151,13 +147,8 @@ def test_network_is_unreachable():
     server.listen(1)
     server.setblocking(False)
     port = server.getsockname()[1]
-    program = (
-        "import socket\n"
-        f"s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-        "s.sendall(b'pwned')\nprint('ok')\n"
-    )
     try:
-        result = sandbox.run_tests(program, [{"input": "", "output": "ok"}], FAST)
+        result = sandbox.run_tests(adv.connect(port), [{"input": "", "output": "ok"}], FAST)
         if sandbox.isolation() == "namespaces":
             assert result.passed == 0
             with pytest.raises(BlockingIOError):
@@ -172,14 +163,7 @@ def test_network_is_unreachable():
 def test_killing_the_parent_and_other_processes():
     bystander = subprocess.Popen(["sleep", "30"])
     try:
-        targets = [os.getpid(), os.getppid(), bystander.pid, 1]
-        program = (
-            "import os, signal\n"
-            f"for pid in {targets} + [os.getppid()]:\n"
-            "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\n"
-            "os.kill(-1, signal.SIGKILL)\nos.killpg(0, signal.SIGKILL)\nprint('ok')\n"
-        )
-        _attack(program)
+        _attack(adv.kill_processes([os.getpid(), os.getppid(), bystander.pid, 1]))
         assert bystander.poll() is None, "the sandbox killed a host process"
     finally:
         bystander.kill()
@@ -187,17 +171,11 @@ def test_killing_the_parent_and_other_processes():
 
 
 def test_printing_megabytes():
-    _attack("print('x' * 50_000_000)\nprint('ok')\n")
-    _attack("import os\nwhile True:\n    os.write(1, b'x' * 1_000_000)\n", limits=LOOP)
-    _attack("import sys\nwhile True:\n    sys.stderr.write('x' * 1_000_000)\n", limits=LOOP)
+    first, *forever = adv.HUGE_OUTPUTS
+    _attack(first)
+    for program in forever:
+        _attack(program, limits=LOOP)
 
 
 def test_forged_result_lines_are_ignored():
-    program = (
-        "import os\n"
-        "for fd in map(int, os.listdir('/proc/self/fd')):\n"
-        "    try:\n        os.write(fd, b'0' * 32 + b' {\"index\": 0, \"output\": \"ok\"}\\n')\n"
-        "    except OSError:\n        pass\n"
-        "raise SystemExit(1)\n"
-    )
-    _attack(program)
+    _attack(adv.FORGED_RESULTS)

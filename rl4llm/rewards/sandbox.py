@@ -174,6 +174,23 @@ def run_tests(program: str, tests: Sequence[dict], limits: Limits = Limits()) ->
     """Runs ``program`` against ``tests`` in the sandbox (module docstring). Never raises on any program."""
     if not tests:
         raise ValueError("run_tests needs at least one test")
+    records, status, detail = _execute(program, tests, limits)
+    passed = sum(_passed(t, records[i]) for i, t in enumerate(tests) if i in records)
+    return Result(passed, len(tests), status, detail)
+
+
+def run_program(program: str, stdin: str = "", limits: Limits = Limits()) -> tuple[str, str | None]:
+    """Runs ``program`` once as ``__main__`` on ``stdin`` in the sandbox; returns (status, its captured stdout),
+    the output None unless it ended normally (status as :class:`Result`'s; the python tool of ``rl4llm.envs``).
+    Never raises on any program."""
+    records, status, _ = _execute(program, [{"input": stdin, "output": ""}], limits)
+    output = records.get(0, {}).get("output")
+    return status, output if isinstance(output, str) else None
+
+
+def _execute(program: str, tests: Sequence[dict], limits: Limits) -> tuple[dict[int, dict], str, str]:
+    """Runs ``program`` on ``tests`` in the sandbox; returns (the harness's result records by test index, status,
+    detail), status as :class:`Result`'s."""
     mode = isolation()
     as_root = os.getuid() == 0
     uid = _sandbox_uid()
@@ -215,7 +232,7 @@ def run_tests(program: str, tests: Sequence[dict], limits: Limits = Limits()) ->
         max_bytes = len(tests) * (limits.max_output_bytes * 4 + _RESULT_OVERHEAD_BYTES)
         data, finished = _read_results(read_fd, deadline, max_bytes, f"{nonce} done\n".encode())
     except OSError as e:
-        return Result(0, len(tests), "error", f"sandbox failed to start: {e}")
+        return {}, "error", f"sandbox failed to start: {e}"
     finally:
         if write_fd >= 0:
             os.close(write_fd)
@@ -236,14 +253,11 @@ def run_tests(program: str, tests: Sequence[dict], limits: Limits = Limits()) ->
             records[int(record["index"])] = record
         except (ValueError, KeyError, TypeError):
             continue
-    passed = sum(_passed(t, records[i]) for i, t in enumerate(tests) if i in records)
     if -1 in records:
-        return Result(0, len(tests), "error", str(records[-1].get("error")))
+        return {}, "error", str(records[-1].get("error"))
     if finished:
-        status = "ok"
-    else:
-        status = "timeout" if time.monotonic() >= deadline else "incomplete"
-    return Result(passed, len(tests), status)
+        return records, "ok", ""
+    return records, "timeout" if time.monotonic() >= deadline else "incomplete", ""
 
 
 def extract_program(completion: str) -> str:
