@@ -1,0 +1,263 @@
+"""Prompt selection, rollout replay, budget allocation, hints and curriculum on hand-made tables."""
+
+import itertools
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rl4llm.data import allocation
+from rl4llm.data import arithmetic
+from rl4llm.data import curriculum
+from rl4llm.data import replay
+from rl4llm.data import selection
+from rl4llm.rl import losses
+
+
+# ------------------------------------------------------------------------ dynamic sampling / band filter
+
+
+def test_dynamic_sampling_keeps_groups_with_unequal_rewards():
+    scores = np.array([[0, 0, 0, 0], [1, 1, 1, 1], [0, 1, 0, 0], [0.5, 0.5, 0.5, 0.5], [0.2, 0.2, 0.3, 0.2]])
+    np.testing.assert_array_equal(selection.keep_nonuniform_groups(scores), [False, False, True, False, True])
+
+
+def test_accuracy_band_is_inclusive():
+    # accuracies 0, 0.2, 0.4, 0.8, 1.0 over 5 rollouts
+    correct = np.array([[0] * 5, [1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0], [1] * 5])
+    np.testing.assert_array_equal(selection.keep_accuracy_band(correct, 0.2, 0.8), [False, True, True, True, False])
+    np.testing.assert_array_equal(selection.keep_accuracy_band(correct, 0.3, 0.5), [False, False, True, False, False])
+
+
+def test_refill_takes_kept_groups_in_round_order():
+    rounds = [np.array([True, False, False, True]), np.array([False, True, True, True])]
+    chosen, kept = selection.choose_groups(rounds, 3)
+    assert chosen == [(0, 0), (0, 3), (1, 1)] and kept == 3
+
+
+def test_refill_at_the_round_bound_completes_with_dropped_groups_of_the_latest_round():
+    rounds = [np.array([False, True, False]), np.array([False, False, True])]
+    chosen, kept = selection.choose_groups(rounds, 3)
+    # 2 kept; one dropped group from round 1 (the latest) fills the batch
+    assert chosen == [(0, 1), (1, 2), (1, 0)] and kept == 2
+
+
+# -------------------------------------------------------------------------------------------- DOTS
+
+
+def test_dots_prediction_and_near_zero_temperature_picks_closest_to_half():
+    success = np.array([0.9, selection.UNMEASURED, 0.1, 0.55, 0.3, 1.0], np.float32)
+    p_hat = selection.predicted_success(success)
+    # unmeasured -> mean of measured (0.9 + 0.1 + 0.55 + 0.3 + 1.0) / 5 = 0.57
+    np.testing.assert_allclose(p_hat, [0.9, 0.57, 0.1, 0.55, 0.3, 1.0], rtol=1e-6)
+    scores = selection.dots_scores(p_hat)
+    np.testing.assert_allclose(scores, [-0.4, -0.07, -0.4, -0.05, -0.2, -0.5], rtol=1e-5)
+    for seed in range(5):
+        picked = selection.softmax_sample_without_replacement(scores, 3, 1e-3, np.random.default_rng(seed))
+        assert list(picked) == [3, 1, 4]  # |p - 0.5| = 0.05, 0.07, 0.2
+
+
+def test_softmax_sampling_matches_its_distribution():
+    # first draw ~ softmax(s / tau): probabilities e^0, e^-1, e^-2 normalised (tau = 1)
+    scores = np.array([0.0, -1.0, -2.0])
+    gen = np.random.default_rng(0)
+    firsts = [selection.softmax_sample_without_replacement(scores, 2, 1.0, gen)[0] for _ in range(4000)]
+    expected = np.exp(scores) / np.exp(scores).sum()
+    np.testing.assert_allclose(np.bincount(firsts, minlength=3) / 4000, expected, atol=0.03)
+
+
+def test_record_success_keeps_the_last_measurement():
+    state = selection.init_state(4)
+    state = selection.record_success(state, np.array([1, 3]), np.array([0.25, 1.0]))
+    state = selection.record_success(state, np.array([1]), np.array([0.75]))
+    np.testing.assert_array_equal(state.success, np.float32([-1, 0.75, -1, 1.0]))
+    np.testing.assert_array_equal(state.visits, [0, 2, 0, 1])
+
+
+# -------------------------------------------------------------------------------------------- BOTS
+
+
+def test_bots_without_decay_or_implicit_evidence_is_conjugate_counting():
+    state = selection.init_state(3)
+    state = selection.bots_update(state, np.array([0, 2]), np.array([0.75, 0.0]), 4, decay=0.0, implicit_weight=0.0)
+    # prompt 0: 3 successes, 1 failure; prompt 2: 0 / 4; prompt 1 untouched
+    np.testing.assert_allclose(state.alpha, [1 + 3, 1, 1 + 0])
+    np.testing.assert_allclose(state.beta, [1 + 1, 1, 1 + 4])
+
+
+def test_bots_update_with_decay_and_implicit_evidence_by_hand():
+    state = selection.init_state(2).replace(
+        alpha=np.float32([3.0, 5.0]), beta=np.float32([2.0, 1.0]), capability=np.float32(0.5)
+    )
+    # lambda = 0.1, rho = 0.2, m = 4; prompt 0 rolled out with pass 0.5
+    # c_hat = (0.5 - 0) / (1 - 0 + 1e-6); c = 0.9*0.5 + 0.1*c_hat = 0.5 (to 1e-7); p~_1 = c = 0.5
+    # alpha_0 = 0.9*3 + 0.1*1 + 0.8*2 + 0.2*4*0.5 = 2.7 + 0.1 + 1.6 + 0.4 = 4.8; beta_0 = 1.8+0.1+1.6+0.4 = 3.9
+    # alpha_1 = 0.9*5 + 0.1 + 0 + 0.2*4*0.5 = 5.0; beta_1 = 0.9*1 + 0.1 + 0.4 = 1.4
+    new = selection.bots_update(state, np.array([0]), np.array([0.5]), 4, decay=0.1, implicit_weight=0.2)
+    np.testing.assert_allclose(new.alpha, [4.8, 5.0], rtol=1e-5)
+    np.testing.assert_allclose(new.beta, [3.9, 1.4], rtol=1e-5)
+    np.testing.assert_allclose(new.capability, 0.5, rtol=1e-5)
+
+
+def test_bots_full_decay_is_prior_plus_current_evidence_and_interpolation_ends():
+    state = selection.init_state(2).replace(alpha=np.float32([9.0, 9.0]), beta=np.float32([9.0, 9.0]))
+    new = selection.bots_update(state, np.array([1]), np.array([0.25]), 8, decay=1.0, implicit_weight=0.0)
+    np.testing.assert_allclose(new.alpha, [1.0, 1.0 + 2.0])
+    np.testing.assert_allclose(new.beta, [1.0, 1.0 + 6.0])
+    # c -> p~ = weak (c = 0) or strong (c = 1): with momentum 0 and pass == strong of the batch, c = 1
+    weak, strong = np.array([0.2, 0.1]), np.array([0.6, 0.9])
+    one = selection.bots_update(state, np.array([0]), np.array([0.6]), 1, decay=1.0, implicit_weight=1.0,
+                                weak=weak, strong=strong, capability_momentum=0.0)
+    np.testing.assert_allclose(one.capability, 1.0, rtol=1e-5)
+    np.testing.assert_allclose(one.alpha[1], 1.0 + 0.9, rtol=1e-5)  # p~_1 = strong_1
+    zero = selection.bots_update(state, np.array([0]), np.array([0.2]), 1, decay=1.0, implicit_weight=1.0,
+                                 weak=weak, strong=strong, capability_momentum=0.0)
+    np.testing.assert_allclose(zero.alpha[1], 1.0 + 0.1, atol=1e-5)  # p~_1 = weak_1
+
+
+def test_bots_thompson_selection_prefers_prompts_near_the_target():
+    # Tight posteriors at means 0.02, 0.5, 0.98, 0.45 and one flat Beta(1, 1)
+    alpha = np.float32([2, 500, 980, 450, 1])
+    beta = np.float32([98, 500, 20, 550, 1])
+    state = selection.init_state(5).replace(alpha=alpha, beta=beta)
+    counts = np.zeros(5)
+    for seed in range(200):
+        for i in selection.bots_select(state, 2, np.random.default_rng(seed)):
+            counts[i] += 1
+    assert counts[1] == 200 and counts[0] == counts[2] == 0  # near 0.5 always, the extremes never
+    assert counts[3] > counts[4] > 0  # 0.45 beats a flat prior, which is sometimes closest by chance
+
+
+# ------------------------------------------------------------------------------------------- replay
+
+
+def _groups(b, g=2, t=3, start=0):
+    ids = np.arange(start, start + b)
+    tokens = np.broadcast_to(ids[:, None, None], (b, g, t)).astype(np.int32)
+    return dict(
+        hint_chars=np.zeros(b, np.int32),
+        completion_tokens=tokens,
+        completion_mask=np.ones((b, g, t), np.float32),
+        behaviour_logp=-np.ones((b, g, t), np.float32) * ids[:, None, None],
+        scores=np.tile(np.float32([0, 1]), (b, 1)),
+    )
+
+
+def test_replay_is_fifo_bounded_and_keeps_one_group_per_prompt():
+    buf = replay.init_replay(3, 2, 3)
+    buf = replay.insert(buf, np.array([10, 11]), **_groups(2, start=10))
+    assert replay.size(buf) == 2
+    buf = replay.insert(buf, np.array([11]), **_groups(1, start=50))  # prompt 11 again: replaces its group
+    assert replay.size(buf) == 2
+    assert buf.completion_tokens[np.flatnonzero(buf.prompt_ids == 11)[0], 0, 0] == 50
+    buf = replay.insert(buf, np.array([12, 13]), **_groups(2, start=12))  # full: evicts the oldest (10)
+    assert replay.size(buf) == 3 and sorted(buf.prompt_ids.tolist()) == [11, 12, 13]
+    assert len(set(buf.prompt_ids.tolist())) == 3
+    slots = replay.sample_slots(buf, 2, np.random.default_rng(0))
+    assert len(set(slots.tolist())) == 2
+    with pytest.raises(ValueError, match="holds 3 groups < 4"):
+        replay.sample_slots(buf, 4, np.random.default_rng(0))
+
+
+def test_fresh_groups_per_step():
+    assert replay.num_fresh(8, 0.5, 0) == 8  # empty buffer: all fresh
+    assert replay.num_fresh(8, 0.5, 3) == 8
+    assert replay.num_fresh(8, 0.5, 4) == 4
+
+
+def test_replay_clip_is_the_ppo_loss_with_the_learner_is_weights():
+    """DOTS loss max(-A r, -A clip(r, r_old(1-e), r_old(1+e))), r = pi/mu_b, r_old = pi_old/mu_b, equals the PPO
+    clip loss weighted by the TIS weights exp(old_logp - sampler_logp) (uncapped) that replayed rows get."""
+    logp = jnp.log(jnp.array([[0.5, 0.2, 0.9], [0.3, 0.6, 0.05]]))  # pi_theta
+    old = jnp.log(jnp.array([[0.4, 0.3, 0.5], [0.3, 0.4, 0.1]]))  # pi_old
+    behaviour = jnp.log(jnp.array([[0.2, 0.6, 0.5], [0.5, 0.2, 0.1]]))  # mu_b
+    adv = jnp.array([1.0, -2.0])
+    mask = jnp.ones((2, 3))
+    eps = 0.2
+    r, r_old = jnp.exp(logp - behaviour), jnp.exp(old - behaviour)
+    a = adv[:, None]
+    dots = jnp.maximum(-a * r, -a * jnp.clip(r, r_old * (1 - eps), r_old * (1 + eps)))
+    # Hand value of one token: row 0, t 0: r = 2.5, r_old = 2, clip to [1.6, 2.4] -> max(-2.5, -2.4) = -2.4
+    np.testing.assert_allclose(dots[0, 0], -2.4, rtol=1e-6)
+    weights = losses.truncated_is_weights(old, behaviour, mask, cap=1e9)
+    loss, _ = losses.ppo_clip(logp, old, adv, mask, clip_low=eps, clip_high=eps, dual_clip=None,
+                              agg_mode="token-mean", is_weights=weights)
+    np.testing.assert_allclose(loss, dots.mean(), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------- knapsack
+
+
+def test_knapsack_value_by_hand():
+    # v(2, .5) = (1 - .25 - .25)*.5*.25 = .0625; v(3, .1) = (1 - .001 - .729)*.1*.81 = .02187
+    np.testing.assert_allclose(allocation.knapsack_value(2, 0.5), 0.0625)
+    np.testing.assert_allclose(allocation.knapsack_value(3, 0.1), 0.02187, rtol=1e-9)
+    assert allocation.knapsack_value(10, 0.0) == allocation.knapsack_value(10, 1.0) == 0.0
+
+
+def test_knapsack_hand_optimum():
+    # Two prompts p = 0.5 and 2 extras: (1,1) -> 2 v(3,.5) = 2*.09375 = .1875 beats (2,0) -> v(4,.5)+v(2,.5)
+    # = .109375 + .0625 = .171875
+    np.testing.assert_array_equal(allocation.solve_knapsack(np.array([0.5, 0.5]), 2, min_n=2, max_extra=10), [1, 1])
+    # One extra for p = 0.5 (gain v(3,.5)-v(2,.5) = .03125) or p = 0.1 (gain .02187 - .01458 = .00729): the former
+    np.testing.assert_array_equal(allocation.solve_knapsack(np.array([0.1, 0.5]), 1, min_n=2, max_extra=10), [0, 1])
+
+
+def test_knapsack_dp_matches_brute_force():
+    gen = np.random.default_rng(0)
+    for _ in range(5):
+        p = gen.uniform(0.05, 0.95, size=3)
+        extras, max_extra = 7, 4
+        best = max(
+            (ks for ks in itertools.product(range(max_extra + 1), repeat=3) if sum(ks) == extras),
+            key=lambda ks: sum(allocation.knapsack_value(2 + k, pi) for k, pi in zip(ks, p)),
+        )
+        got = allocation.solve_knapsack(p, extras, min_n=2, max_extra=max_extra)
+        value = lambda ks: sum(allocation.knapsack_value(2 + k, pi) for k, pi in zip(ks, p))  # noqa: E731
+        np.testing.assert_allclose(value(got), value(best), rtol=1e-12)
+        assert got.sum() == extras
+
+
+def test_allocate_sums_to_budget_and_extremes_get_min_n():
+    # budget 4 prompts x 8 = 32; unseen -> 8, p = 0 and p = 1 -> 2; p = 0.5 and 0.3 share 32 - 8 - 2 - 2 - 2 - 2 = 16
+    # extras by the DP with max_n = 16: coverage costs int(ln .1/ln .5) = 3 and int(ln .1/ln .7) = 6 need
+    # (3-2) + (6-2) = 5 < 16, so the fallback gives them 3 and 6 and the surplus 11 to the p = 0 prompt.
+    p = np.array([-1.0, 0.0, 1.0, 0.5, 0.3])
+    counts = allocation.allocate(p, 32, default_n=8, min_n=2, max_n=16)
+    np.testing.assert_array_equal(counts, [8, 2 + 11, 2, 3, 6])
+    # Tight budget 20: remaining 20 - 16 = 4 < 5 needed -> the knapsack splits 4 extras between p = .5 and .3
+    counts = allocation.allocate(p, 20, default_n=8, min_n=2, max_n=16)
+    assert counts.sum() == 20 and counts[1] == counts[2] == 2 and counts[0] == 8
+    extras = counts[3:] - 2
+    brute = max(((a, 4 - a) for a in range(5)),
+                key=lambda ks: allocation.knapsack_value(2 + ks[0], 0.5) + allocation.knapsack_value(2 + ks[1], 0.3))
+    np.testing.assert_array_equal(extras, brute)
+    assert allocation.coverage_cost(0.5, 64) == 3 and allocation.coverage_cost(0.1, 64) == math.floor(
+        math.log(0.1) / math.log(0.9))
+
+
+# ------------------------------------------------------------------------------------ hints, curriculum
+
+
+def test_hints_grow_and_never_reveal_the_answer():
+    ex = arithmetic.render_problem([37, 48, 19], ["+", "-"])  # 37+48=85;85-19=66;#66 (21 chars)
+    assert ex.solution == "37+48=85;85-19=66;#66"
+    chars = [curriculum.hint_chars(ex.solution, ex.answer, f) for f in (0.25, 0.5, 0.75, 1.0)]
+    assert chars == [5, 10, 16, 19]  # round(5.25), round(10.5), round(15.75); 1.0 stops before the final "66"
+    # round(10.5) = 10 (round half to even); "37+48=85;" is 9 characters
+    assert curriculum.hinted_prompt(ex.prompt, ex.solution, 10) == "37+48-19=37+48=85;8"
+    assert ex.solution[:19] == "37+48=85;85-19=66;#"  # the longest hint ends before the answer
+
+
+def test_arithmetic_curriculum_schedule():
+    cfg = arithmetic.ArithmeticConfig(min_operands=4, max_operands=4, max_value=9)
+    first = curriculum.arithmetic_at_step(cfg, 0, start_operands=2, start_max_value=3, steps=10)
+    assert (first.min_operands, first.max_operands, first.max_value) == (2, 2, 3)
+    mid = curriculum.arithmetic_at_step(cfg, 5, start_operands=2, start_max_value=3, steps=10)
+    assert (mid.min_operands, mid.max_operands, mid.max_value) == (3, 3, 6)
+    last = curriculum.arithmetic_at_step(cfg, 12, start_operands=2, start_max_value=3, steps=10)
+    assert last == cfg
+    examples = arithmetic.source(first).train_examples(0, 16)
+    assert all(e.prompt.count("+") + e.prompt.count("-") == 1 for e in examples)
+    assert all(max(int(x) for x in e.prompt[:-1].replace("-", "+").split("+")) <= 3 for e in examples)
