@@ -125,6 +125,30 @@ class Checkpointer:
             return Restored(step=step, state=restored.state, meta=dict(restored.meta))
         raise RuntimeError(f"No readable checkpoint in {self._manager.directory}: {errors}")
 
+    def restore_entry(self, step: int, name: str, target: Any) -> tuple[Any, dict]:
+        """(entry, meta): only the top-level entry `name` of checkpoint `step`'s state (e.g. "params" for
+        evaluation: no optimizer state is read) restored onto `target`'s structure, dtypes and shardings,
+        and the checkpoint's meta. Raises CheckpointMismatchError if the saved entry differs from `target`,
+        FileNotFoundError if there is no checkpoint `step`."""
+        if step not in self.all_steps():
+            raise FileNotFoundError(f"no checkpoint step {step} in {self._manager.directory} (steps: {self.all_steps()})")
+        abstract = {name: jax.tree.map(ocp.utils.to_shape_dtype_struct, target)}
+        saved = state_signature(self._manager.item_metadata(step)["state"])
+        diffs = signature_differences({k: v for k, v in saved.items() if k.split(".")[0] == name}, state_signature(abstract))
+        if diffs:
+            raise CheckpointMismatchError(
+                f"Checkpoint step {step} in {self._manager.directory}: its {name!r} differ from the expected ones "
+                f"({'; '.join(diffs)})."
+            )
+        entry = ocp.PyTreeCheckpointer().restore(
+            os.path.join(os.fspath(self._manager.directory), str(step), "state"),
+            args=ocp.args.PyTreeRestore(
+                item=abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract), partial_restore=True
+            ),
+        )[name]
+        meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+        return entry, dict(meta)
+
     def _check_signature(self, step: int, abstract: Any) -> None:
         """Raises CheckpointMismatchError if checkpoint `step`'s metadata is readable and describes a state
         with other leaves or shapes than `abstract` (an unreadable one is left to the corruption path)."""

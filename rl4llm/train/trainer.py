@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl4llm import models
+from rl4llm import rewards as rewards_lib
 from rl4llm import sampling
 from rl4llm.models import lora
 from rl4llm.data import tasks as tasks_lib
@@ -87,6 +88,7 @@ def build_setup(config, workdir: str) -> Setup:
         pass_k=tuple(config.eval.pass_k),
         prompt_bucket=config.sampling.prompt_bucket,
         batch_size=config.rl.num_prompts * config.rl.num_generations,
+        extract_answer=rewards_lib.EXTRACTORS.get(config.task.reward),
     )
     eval_examples = tuple(task.source.test_examples(config.eval.num_examples))
     reward_pipeline = pipeline_lib.RewardPipeline(reward_spec(config))

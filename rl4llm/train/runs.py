@@ -1,0 +1,190 @@
+"""A run's files read back, for notebooks and `experiments/evaluate.py`.
+
+A workdir written by `experiments/train.py` (`trainer.run`) holds
+
+  config.json                     the run's config                      `load_config`
+  metrics.jsonl                   one record per logged (stage, step)   `load_metrics`
+  summary.json                    warm-start and final evaluation       `load_summary`
+  eval_<stage>_<step>.json        `experiments/evaluate.py`'s results   `load_evals`, `eval_path`, `pass_at_k_curve`
+  checkpoints/{sft,rl}/<step>     Orbax checkpoints                     `checkpoint_steps`, `restore_policy`
+
+Reading metrics, summaries and evaluations needs no JAX; restoring a policy rebuilds the run's task, tokenizer
+and model with `trainer.build_setup` and reads only the params of the checkpoint (`Checkpointer.restore_entry`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import re
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from rl4llm.train import metrics as metrics_lib
+
+STAGES = ("sft", "rl")  # in run order
+
+
+def _require(workdir: str, name: str, written_by: str) -> str:
+    path = os.path.join(workdir, name)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} does not exist: is --workdir={workdir} a run's workdir? ({written_by})")
+    return path
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+    """The run's config, as `trainer.run` wrote it to `<workdir>/config.json` (tuples read back as lists)."""
+    with open(_require(workdir, "config.json", "written by experiments/train.py"), encoding="utf-8") as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def load_metrics(workdir: str, stage: str = "rl") -> dict[str, np.ndarray]:
+    """{key: array [S]} over the stage's logged steps in order (the last record of each step, as
+    `metrics.read_metrics` reads them): "step" as int64, every numeric metric as float64 with NaN on steps
+    that did not log it (e.g. `eval/*` between evaluations). Non-numeric entries are left out."""
+    _require(workdir, "metrics.jsonl", "written by experiments/train.py")
+    records = metrics_lib.read_metrics(workdir, stage)
+    keys = {k for r in records for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    out = {"step": np.asarray([r["step"] for r in records], np.int64)}
+    for key in sorted(keys - {"step"}):
+        values = [r.get(key) for r in records]
+        if all(v is None or isinstance(v, (int, float)) for v in values):
+            out[key] = np.asarray([np.nan if v is None else v for v in values], np.float64)
+    return out
+
+
+def load_summary(workdir: str) -> dict:
+    """`<workdir>/summary.json` (written when the run finished)."""
+    with open(_require(workdir, "summary.json", "written when experiments/train.py finishes"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def eval_path(workdir: str, stage: str, step: int) -> str:
+    """Where `experiments/evaluate.py` writes the evaluation of checkpoint (stage, step)."""
+    return os.path.join(workdir, f"eval_{stage}_{step}.json")
+
+
+def load_evals(workdir: str) -> list[dict]:
+    """Every `eval_<stage>_<step>.json` of the workdir, in run order (SFT, then RL by step)."""
+    found = []
+    for path in glob.glob(os.path.join(workdir, "eval_*_*.json")):
+        match = re.fullmatch(r"eval_(sft|rl)_(\d+)\.json", os.path.basename(path))
+        if match:
+            with open(path, encoding="utf-8") as f:
+                found.append((STAGES.index(match[1]), int(match[2]), json.load(f)))
+    return [evaluation for *_, evaluation in sorted(found, key=lambda t: t[:2])]
+
+
+def pass_at_k_curve(metrics: dict, name: str = "pass") -> tuple[np.ndarray, np.ndarray]:
+    """(k [K], value [K]) sorted by k, of the `eval/<name>@k` entries of an evaluation's metrics
+    (name in {"pass", "avg", "maj"})."""
+    points = sorted(
+        (int(m[1]), float(v)) for key, v in metrics.items() if (m := re.fullmatch(rf"eval/{name}@(\d+)", key))
+    )
+    return np.asarray([k for k, _ in points], np.int64), np.asarray([v for _, v in points], np.float64)
+
+
+def checkpoint_steps(workdir: str, stage: str) -> list[int]:
+    """Steps of the stage's saved checkpoints (empty when there is none)."""
+    directory = os.path.join(workdir, "checkpoints", stage)
+    if not os.path.isdir(directory):
+        return []
+    from rl4llm.train import checkpointing
+
+    checkpointer = checkpointing.Checkpointer(directory)
+    try:
+        return checkpointer.all_steps()
+    finally:
+        checkpointer.close()
+
+
+def resolve_checkpoint(workdir: str, stage: str = "auto", step: int | None = None) -> tuple[str, int]:
+    """(stage, step) of the checkpoint to use: `stage` "auto" means RL if it has a checkpoint (with `step`: one
+    of that step), else SFT; `step` None means the stage's newest. Errors name the workdir and what exists."""
+    if stage not in ("auto", *STAGES):
+        raise ValueError(f"stage={stage!r}; expected auto, sft or rl")
+    steps = {s: checkpoint_steps(workdir, s) for s in STAGES}
+    if not any(steps.values()):
+        raise FileNotFoundError(f"no checkpoint in {workdir} (looked in {os.path.join(workdir, 'checkpoints')}/{{sft,rl}})")
+    candidates = ["rl", "sft"] if stage == "auto" else [stage]
+    for s in candidates:
+        if steps[s] and (step is None or step in steps[s]):
+            return s, steps[s][-1] if step is None else step
+    raise FileNotFoundError(
+        f"no {'' if stage == 'auto' else stage + ' '}checkpoint{'' if step is None else f' at step {step}'} in "
+        f"{workdir}; saved steps: sft {steps['sft']}, rl {steps['rl']}"
+    )
+
+
+@dataclasses.dataclass
+class Policy:
+    """A checkpointed policy with what is needed to sample and score it. Close it to stop the reward workers."""
+
+    config: ml_collections.ConfigDict
+    setup: Any  # trainer.Setup
+    params: Any
+    stage: str
+    step: int
+    meta: dict
+
+    def close(self) -> None:
+        self.setup.rewards.close()
+
+    def __enter__(self) -> "Policy":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def restore_policy(workdir: str, stage: str = "auto", step: int | None = None, *, num_examples: int | None = None) -> Policy:
+    """The params of checkpoint (stage, step) (`resolve_checkpoint`) and the run's setup (task, tokenizer, model,
+    held-out examples: `config.eval.num_examples` of them, or `num_examples`) rebuilt from its config.json."""
+    import jax
+
+    from rl4llm.train import checkpointing
+    from rl4llm.train import trainer
+
+    stage, step = resolve_checkpoint(workdir, stage, step)
+    config = load_config(workdir)
+    if num_examples is not None:
+        config.eval.num_examples = num_examples
+    setup = trainer.build_setup(config, workdir)
+    # The params' structure without reading any weights: a random init's shapes (an HF checkpoint has the same).
+    shape_config = ml_collections.ConfigDict(config.to_dict())
+    shape_config.model.hf_checkpoint = ""
+    target = jax.eval_shape(lambda key: trainer.initial_params(shape_config, setup.model_cfg, key), jax.random.key(0))
+    checkpointer = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints", stage))
+    try:
+        params, meta = checkpointer.restore_entry(step, "params", target)
+    except BaseException:
+        setup.rewards.close()
+        raise
+    finally:
+        checkpointer.close()
+    return Policy(config, setup, params, stage, step, meta)
+
+
+def sample_completions(policy: Policy, num_prompts: int, seed: int = 0) -> list[dict]:
+    """`num_prompts` held-out prompts of the run, one completion each at the run's rollout sampling settings:
+    dicts with prompt, completion, answer, reward (main reward), length, finished."""
+    import jax
+
+    from rl4llm.train import evaluate as evaluate_lib
+
+    examples = policy.setup.eval_examples[:num_prompts]
+    completions = evaluate_lib.generate_scored(
+        policy.setup.model_cfg, policy.params, policy.setup.tokenizer,
+        [e.prompt for e in examples], [e.answer for e in examples], jax.random.key(seed),
+        policy.setup.rollout_cfg, policy.setup.eval_spec, policy.setup.score_fn,
+    )
+    return [
+        dict(prompt=e.prompt, completion=text, answer=e.answer, reward=float(r), length=int(n), finished=bool(f))
+        for e, text, r, n, f in zip(
+            examples, completions.texts, completions.rewards, completions.lengths, completions.finished
+        )
+    ]
