@@ -530,6 +530,21 @@ def gae(
     ```
     Defaults γ = 1, λ = 0.95 (LLM PPO recipes, e.g. Lite-PPO/ROLL); verl's AlgoConfig default is λ = 1.
     """
+    values = values.astype(_float(rewards).dtype)
+    adv = gae_scan(rewards, values, mask, gamma=gamma, lam=lam)
+    return masked_whiten(adv, mask), adv + values
+
+
+def gae_scan(
+    rewards: jax.Array,  # [N, T]
+    values: jax.Array,  # [N, T]
+    mask: jax.Array,  # [N, T]
+    *,
+    gamma: float,
+    lam: float,
+) -> jax.Array:  # [N, T]
+    """The unwhitened GAE advantages of `gae` (its reverse scan; masked positions are transparent and
+    carry the next valid token's advantage). Nothing after the last valid token: bootstrap value 0."""
     rewards = _float(rewards)
     values = values.astype(rewards.dtype)
     mask = mask.astype(rewards.dtype)
@@ -545,8 +560,7 @@ def gae(
 
     zeros = jnp.zeros(rewards.shape[:1], rewards.dtype)
     _, adv = jax.lax.scan(step, (zeros, zeros), (rewards.T, values.T, mask.T), reverse=True)
-    adv = adv.T
-    return masked_whiten(adv, mask), adv + values
+    return adv.T
 
 
 def gbpo_targets(

@@ -22,6 +22,9 @@ Advantages — the trainer calls::
     token, verl's convention; pass them to include e.g. a KL-in-reward penalty),
     values[N, T] critic values, baseline_scores[N] (ReMax greedy reward), reward_components[N, K]
     (GDPO multi-reward), seq_metric[N] (CANON split metric), process_rewards[N, T] (PRIME implicit PRM).
+    Multi-turn estimators (`rl.multi_turn`: mt_grpo, igpo, gtpo, bilevel_gae) also take the turn layout:
+    turn_id[N, T] (−1 off action tokens), turn_end[N, K], turn_valid[N, K], turn_rewards[N, K] (outcome
+    excluded; it is `scores`) and gt_logprobs[N, K+1] (IGPO); `mask` is then the multi-turn loss mask.
     `bnpo` with reward_components is BNPO's per-component decomposition.
     Returns advantages [N] or [N, T] (losses broadcast [N] over tokens). Estimators in
     `RETURNS_VALUE_TARGETS` (critic methods: "gae") return `(advantages[N, T], returns[N, T])`.
@@ -59,7 +62,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl import advantages, entropy, losses
+from rl4llm.rl import advantages, entropy, losses, multi_turn
 
 ADVANTAGES: dict[str, Callable[..., Any]] = {
     "grpo": advantages.grpo,
@@ -81,6 +84,11 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "gae": advantages.gae,
     "prime": advantages.prime,
     "gbpo": advantages.grpo,  # GBPO's weights are GRPO advantages; its loss also needs `gbpo_targets`
+    # Multi-turn agents (turn-level credit; the trajectory-level baseline is "grpo"): `rl.multi_turn`.
+    "mt_grpo": multi_turn.mt_grpo,
+    "igpo": multi_turn.igpo,
+    "gtpo": multi_turn.gtpo,
+    "bilevel_gae": multi_turn.bilevel_gae,
 }
 
 POLICY_LOSSES: dict[str, Callable[..., Any]] = {
@@ -112,7 +120,7 @@ TOKEN_STATISTICS: dict[str, Callable[..., Any]] = {
     "steer": entropy.steer_token_weights,
 }
 
-RETURNS_VALUE_TARGETS: frozenset[str] = frozenset({"gae"})
+RETURNS_VALUE_TARGETS: frozenset[str] = frozenset({"gae", "bilevel_gae"})
 
 # Losses whose aggregation is fixed by the method (verl ignores `loss_agg_mode` for these).
 FORCED_AGG_MODE: dict[str, str] = {
@@ -126,6 +134,7 @@ FORCED_AGG_MODE: dict[str, str] = {
 ADVANTAGE_INPUTS = (
     "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values",
     "baseline_scores", "reward_components", "seq_metric", "process_rewards",
+    "turn_rewards", "turn_id", "turn_end", "turn_valid", "gt_logprobs",
 )
 LOSS_INPUTS = (
     "logp", "old_logp", "advantages", "mask", "agg_mode", "agg_weights", "is_weights",

@@ -237,7 +237,11 @@ def test_every_registered_estimator_runs_under_jit(name):
     inputs = dict(
         group_ids=jnp.arange(n) % gnum, mask=jnp.ones((n, t)), values=jax.random.normal(k[1], (n, t)),
         baseline_scores=jnp.full((n,), 0.5), reward_components=jnp.stack([scores, 1 - scores], -1),
-        seq_metric=jax.random.normal(k[2], (n,)), process_rewards=0.05 * jax.random.normal(k[1], (n, t)))
+        seq_metric=jax.random.normal(k[2], (n,)), process_rewards=0.05 * jax.random.normal(k[1], (n, t)),
+        # multi-turn layout (rl.multi_turn): turn 0 on tokens 0-1, an observation, turn 1 on tokens 3-4
+        turn_id=jnp.tile(jnp.array([0, 0, -1, 1, 1]), (n, 1)), turn_end=jnp.tile(jnp.array([1, 4]), (n, 1)),
+        turn_valid=jnp.ones((n, 2), bool), turn_rewards=jax.random.normal(k[2], (n, 2)),
+        gt_logprobs=-jax.random.uniform(k[0], (n, 3)))
     fn = jax.jit(lambda s, kw: registry.get_advantage(name)(s, kw.pop("group_ids"), kw.pop("mask"),
                                                             num_groups=gnum, **kw))
     out = fn(scores, dict(inputs))
