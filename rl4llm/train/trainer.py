@@ -1,6 +1,7 @@
 """The main job: tokenizer, model, SFT warm start, RL (GRPO by default), evaluation, checkpoints.
 
-`run(config, workdir)` is what `experiments/train.py` calls. An RL step (`rl_step`) is: rollout and score,
+`run(config, workdir)` is what `experiments/train.py` calls. An RL step (`rl_step`) is `collect_rollouts`
+(the learner's inputs, read-only on the state) then `learn_on_rollouts` (the updates): rollout and score,
 an optional forward pass of the rollout policy (old log-probs, entropies for the forking-token mask,
 Lp-Reg proxy log-probs, KL in the reward), advantages by registry name (with ReMax's greedy baseline
 rollout when needed; PPO: the critic's values of the rollout, `train.critic`; PRIME: the implicit PRM's
@@ -442,10 +443,28 @@ def maybe_reset_reference(config, state, optimizer, steps_done: int):
     return state.replace(ref_params=jax.tree.map(jnp.copy, params), opt_state=optimizer.init(params)), True
 
 
-def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
-    """One RL step: rollout, score, advantages, `ppo_epochs x num_minibatches` learner updates, controllers."""
+@dataclasses.dataclass(frozen=True)
+class RolloutBatch:
+    """The learner's inputs of one RL step (`collect_rollouts`), consumed by `learn_on_rollouts`."""
+
+    step: int  # the RL step (0-based) whose data this is
+    params_version: int  # RL steps done by the params that generated it (= step when collection is synchronous)
+    batch: learner_lib.LearnerBatch  # [N, ...] the whole step's batch
+    critic_batch: critic_lib.CriticBatch | None  # PPO's value targets, None without a critic
+    prm_batch: prime_lib.PRMBatch | None  # PRIME: the implicit PRM's update on the outcome labels, else None
+    current_kl: Any  # KL-in-reward's measured KL (the adaptive controller's input), None otherwise
+    host_metrics: dict  # rewards, lengths, value metrics, ... of the rollout
+    t_gen: float  # seconds of generation and host scoring
+
+
+def collect_rollouts(config, setup: Setup, programs: RLPrograms, state, step: int, *,
+                     params_version: int | None = None) -> RolloutBatch:
+    """The learner's inputs of RL step `step`: prompts (`_step_prompts`), G completions each, host rewards,
+    the rollout policy's forward passes (old log-probs, entropies, proxy log-probs, KL in the reward), the
+    critic's values / the PRM's dense rewards, and advantages. Reads `state` (params, reference, critic,
+    PRM, adaptive KL coefficient, key) and never updates it. `params_version`: RL steps done by
+    `state.params` (default `step`: synchronous collection)."""
     rl = config.rl
-    n = rl.num_prompts * rl.num_generations
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
     rollout, scores, components, host_metrics = rollout_and_score(config, setup, state.params, step, step_key)
@@ -479,15 +498,14 @@ def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
         host_metrics["kl"] = current_kl
     if programs.values_fn is not None:  # PPO: the rollout's values, once per step
         extra_inputs["values"] = programs.values_fn(state.critic.params, state.params, tokens, attention_mask)
-    if programs.prm_step is not None:  # PRIME: dense rewards from the PRM, then its update on the outcome labels
+    prm_batch = None
+    if programs.prm_step is not None:  # PRIME: dense rewards from the PRM (its update is in learn_on_rollouts)
         prm_logp, ref_logp = programs.prm_logprobs_fn(state.prm, tokens, attention_mask)
         extra_inputs["process_rewards"] = prime_rewards.implicit_process_rewards(
             prm_logp, ref_logp, mask, beta=config.prime.beta
         )
         prm_batch = prime_lib.PRMBatch(tokens=tokens, attention_mask=attention_mask, completion_mask=mask,
                                        ref_logp=ref_logp, labels=jnp.clip(jnp.asarray(scores, jnp.float32), 0.0, 1.0))
-        state, prm_metrics = programs.prm_step(state, prm_batch)
-        host_metrics.update(prm_metrics)
     advantages, returns = _advantages(
         adv_scores,
         group_ids,
@@ -524,6 +542,29 @@ def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
             old_values=extra_inputs["values"], returns=returns,
         )
         host_metrics.update(critic_lib.value_metrics(extra_inputs["values"], returns, mask))
+    return RolloutBatch(
+        step=step,
+        params_version=step if params_version is None else params_version,
+        batch=batch,
+        critic_batch=critic_batch,
+        prm_batch=prm_batch,
+        current_kl=current_kl,
+        host_metrics=host_metrics,
+        t_gen=t_gen,
+    )
+
+
+def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatch, step: int):
+    """RL step `step`'s updates on its rollouts: PRIME's PRM update, `ppo_epochs x num_minibatches` learner
+    (and critic) updates, then the adaptive controllers and the reference reset. -> (state, metrics)."""
+    rl = config.rl
+    n = rl.num_prompts * rl.num_generations
+    step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
+    host_metrics = dict(rollouts.host_metrics)
+    if rollouts.prm_batch is not None:  # PRIME: the PRM's update on the outcome labels (touches state.prm only)
+        state, prm_metrics = programs.prm_step(state, rollouts.prm_batch)
+        host_metrics.update(prm_metrics)
+    batch, critic_batch = rollouts.batch, rollouts.critic_batch
     actor_frozen = critic_batch is not None and step < config.critic.warmup_steps  # critic warm-up
     updates = []
     for epoch in range(rl.ppo_epochs):
@@ -541,17 +582,30 @@ def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
     if actor_frozen:  # critic warm-up: no actor update, so no controller update and no reference reset
         metrics["critic/warmup"] = 1.0
     else:
-        state = _after_actor_updates(config, programs, state, step, metrics, updates[0], current_kl)
-    t_step = time.time() - t0
+        state = _after_actor_updates(config, programs, state, step, metrics, updates[0], rollouts.current_kl)
     metrics.update(host_metrics)
-    metrics.update(
-        {
-            "time/gen_s": t_gen,
-            "time/learn_s": t_step - t_gen,
-            "time/step_s": t_step,
-            "tokens_per_s": host_metrics["generated_tokens"] / t_step,
-        }
-    )
+    return state, metrics
+
+
+def _step_timing(rollouts: RolloutBatch, t_learn: float, t_step: float) -> dict:
+    """Timing metrics of an RL step: generation + host scoring, the learner's updates, the whole step, and
+    generated tokens per second of the whole step."""
+    return {
+        "time/gen_s": rollouts.t_gen,
+        "time/learn_s": t_learn,
+        "time/step_s": t_step,
+        "tokens_per_s": rollouts.host_metrics["generated_tokens"] / t_step,
+    }
+
+
+def rl_step(config, setup: Setup, programs: RLPrograms, state, step: int):
+    """One synchronous RL step: `collect_rollouts` with the current params, then `learn_on_rollouts`."""
+    t0 = time.time()
+    rollouts = collect_rollouts(config, setup, programs, state, step)
+    t1 = time.time()
+    state, metrics = learn_on_rollouts(config, programs, state, rollouts, step)
+    t_step = time.time() - t0
+    metrics.update(_step_timing(rollouts, t_step - (t1 - t0), t_step))
     return state, metrics
 
 
