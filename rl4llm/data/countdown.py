@@ -73,7 +73,8 @@ def make_example(numbers: list[int], equation: str, target: int) -> Example:
     return Example(prompt=prompt, solution=f"<answer>{equation}</answer>", answer=answer)
 
 
-def _draw(rng: np.random.Generator, cfg: CountdownConfig, k: int) -> list[Example]:
+def draw(rng: np.random.Generator, cfg: CountdownConfig, k: int) -> list[Example]:
+    """``k`` problems (module docstring), with no split applied (also the problems of ``rl4llm.envs.countdown_calc``)."""
     out = []
     while len(out) < k:
         n = int(rng.integers(cfg.min_numbers, cfg.max_numbers + 1))
@@ -89,5 +90,5 @@ def _draw(rng: np.random.Generator, cfg: CountdownConfig, k: int) -> list[Exampl
 def source(cfg: CountdownConfig) -> procedural.ProblemSource:
     """Train / held-out / corpus streams of the task (``rl4llm.data.procedural.ProblemSource``)."""
     return procedural.ProblemSource.of(
-        cfg, _draw, streams=_STREAMS, alphabet=ALPHABET, hint="enlarge max_number/max_numbers"
+        cfg, draw, streams=_STREAMS, alphabet=ALPHABET, hint="enlarge max_number/max_numbers"
     )
