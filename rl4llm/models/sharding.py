@@ -8,6 +8,7 @@ one rule table fits every model and mesh (e.g. 2 kv heads on a tensor axis of 4 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import jax
@@ -28,20 +29,26 @@ DEFAULT_RULES: Mapping[str, str | None] = {
 
 
 def partition_spec(
-    axes: tuple[str | None, ...], shape: tuple[int, ...], mesh: Mesh, rules: Mapping[str, str | None]
+    axes: tuple[str | None, ...],
+    shape: tuple[int, ...],
+    mesh: Mesh,
+    rules: Mapping[str, str | tuple[str, ...] | None],
 ) -> PartitionSpec:
-    """PartitionSpec of one param with logical `axes` and `shape` (see the module docstring)."""
+    """PartitionSpec of one array with logical `axes` and `shape` (see the module docstring).
+
+    A rule may name several mesh axes (MaxText style, e.g. "batch" -> ("data", "fsdp")): the dimension is
+    split over their product. Mesh axes that are absent, of size 1 or already used are dropped, then
+    trailing ones until the product divides the dimension.
+    """
     used, spec = set(), []
     for name, size in zip(axes, shape):
-        mesh_axis = rules.get(name) if name is not None else None
-        ok = (
-            mesh_axis in mesh.shape
-            and mesh.shape[mesh_axis] > 1
-            and size % mesh.shape[mesh_axis] == 0
-            and mesh_axis not in used
-        )
-        spec.append(mesh_axis if ok else None)
-        used.add(mesh_axis if ok else None)
+        rule = rules.get(name) if name is not None else None
+        mesh_axes = [a for a in ((rule,) if isinstance(rule, str) else rule or ())
+                     if a in mesh.shape and mesh.shape[a] > 1 and a not in used]
+        while mesh_axes and size % math.prod(mesh.shape[a] for a in mesh_axes):
+            mesh_axes.pop()
+        used.update(mesh_axes)
+        spec.append(None if not mesh_axes else mesh_axes[0] if len(mesh_axes) == 1 else tuple(mesh_axes))
     return PartitionSpec(*spec)
 
 

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import optax
 
 from rl4llm.models import lora
+from rl4llm.parallel import rules
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import losses as losses_lib
@@ -336,6 +337,19 @@ def learner_step(
     return state.replace(params=params, opt_state=opt_state), metrics
 
 
-def make_learner_step(model_cfg, cfg: LearnerConfig, optimizer) -> Callable:
-    """The jitted learner step; the state argument is donated."""
-    return jax.jit(functools.partial(learner_step, model_cfg, cfg, optimizer), donate_argnums=0)
+def make_learner_step(model_cfg, cfg: LearnerConfig, optimizer, layout=None, state=None) -> Callable:
+    """The jitted learner step; the state argument is donated.
+
+    With a `parallel.Layout` (and the `state` whose layout it fixes), the updated state keeps the learner mesh's
+    state shardings (so the donated buffers are reused), the batch's rows are constrained to the learner's
+    batch sharding, and the metrics come back replicated (readable by every process).
+    """
+    step = functools.partial(learner_step, model_cfg, cfg, optimizer)
+    if layout is None:
+        return jax.jit(step, donate_argnums=0)
+
+    def sharded_step(state, batch, key, *args):
+        return step(state, rules.constrain_batch(batch, layout.learner_batch), key, *args)
+
+    out_shardings = (layout.state_shardings(state), rules.replicated(layout.meshes.learner))
+    return jax.jit(sharded_step, donate_argnums=0, out_shardings=out_shardings)

@@ -1,0 +1,76 @@
+"""Where the RL stage's arrays live: the learner's state and batches on the learner mesh, the sampler's
+weights and prompts on the sampler mesh (`mesh.Meshes`), by the logical-axis rules (`rules`).
+
+`Layout.generate` runs the sampler on the sampler mesh: the prompts' rows split over its batch axes, the
+weights resharded to the sampler's param shardings (`sampler_params`: the same arrays when the placement is
+"shared"; a `jax.device_put` reshard for "colocated" / "disaggregated", once per update), and the rollout
+returned replicated, so every process can read it on the host (scoring) without touching arrays other
+processes hold (Tunix #698). One device->host transfer of the completions per step, as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+from jax.sharding import NamedSharding
+
+from rl4llm import sampling
+from rl4llm.models import ModelConfig
+from rl4llm.parallel import rules as rules_lib
+from rl4llm.parallel.mesh import Meshes
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Layout:
+    """Placement of the RL stage's arrays (see the module docstring)."""
+
+    meshes: Meshes
+    model_cfg: ModelConfig
+    rules: rules_lib.Rules = dataclasses.field(default_factory=lambda: dict(rules_lib.RULES))
+
+    @property
+    def learner_batch(self) -> NamedSharding:
+        return rules_lib.batch_sharding(self.meshes.learner, self.rules)
+
+    @property
+    def sampler_batch(self) -> NamedSharding:
+        return rules_lib.batch_sharding(self.meshes.sampler, self.rules)
+
+    def state_shardings(self, state: Any) -> Any:
+        """NamedShardings of a learner state (TrainState, params, ...) on the learner mesh."""
+        return rules_lib.tree_shardings(self.meshes.learner, state, self.model_cfg, self.rules)
+
+    def shard_state(self, state: Any) -> Any:
+        return rules_lib.place(state, self.state_shardings(state))
+
+    def place_batch(self, batch: Any) -> Any:
+        """A learner (mini)batch with its rows over the learner mesh's batch axes."""
+        return rules_lib.place(batch, self.learner_batch)
+
+    def sampler_params(self, params: Any) -> Any:
+        """The learner's params resharded for the sampler (the same arrays when the mesh is shared)."""
+        if self.meshes.shared:
+            return params
+        return rules_lib.place(params, rules_lib.tree_shardings(self.meshes.sampler, params, self.model_cfg, self.rules))
+
+    @functools.cached_property
+    def _generate_programs(self) -> dict:
+        return {}
+
+    def generate(self, params: Any, prompt_tokens, prompt_mask, key: jax.Array,
+                 sampling_cfg: sampling.SamplingConfig) -> sampling.Rollout:
+        """`sampling.generate` on the sampler mesh; `params` are the LEARNER's (resharded here), prompt_tokens /
+        prompt_mask [N, P] host or device arrays, `key` a PRNG key. The Rollout comes back replicated."""
+        program = self._generate_programs.get(sampling_cfg)
+        if program is None:
+            program = jax.jit(
+                functools.partial(sampling.generate, self.model_cfg, sampling_cfg=sampling_cfg),
+                out_shardings=rules_lib.replicated(self.meshes.sampler),
+            )
+            self._generate_programs[sampling_cfg] = program
+        prompts = rules_lib.place((prompt_tokens, prompt_mask), self.sampler_batch)
+        key = rules_lib.place(key, rules_lib.replicated(self.meshes.sampler))
+        return program(self.sampler_params(params), *prompts, key)
