@@ -149,6 +149,30 @@ def get_config() -> ml_collections.ConfigDict:
     c.prime.weight_decay = 0.0
     c.prime.grad_clip = 1.0
 
+    # Prompt selection and rollout allocation (rl4llm.data.selection / replay / allocation / curriculum).
+    c.selection = ml_collections.ConfigDict()
+    # uniform | dynamic_sampling (DAPO) | accuracy_band (PRIME) | dots | bots | knapsack
+    c.selection.method = "uniform"
+    c.selection.max_gen_rounds = 3  # dynamic_sampling / accuracy_band: generation rounds per step (DAPO max_num_gen_batches)
+    c.selection.acc_low = 0.2  # accuracy_band: keep groups with acc_low <= mean correctness <= acc_high
+    c.selection.acc_high = 0.8
+    c.selection.pool_size = 1024  # dots / bots / knapsack: distinct training prompts with per-prompt statistics
+    c.selection.target = 0.5  # dots / bots: target success rate
+    c.selection.dots_temperature = 1e-3  # DOTS: softmax(-|p - target| / tau) sampling without replacement
+    c.selection.bots_temperature = 0.0  # BOTS: 0 = top-k of the Thompson scores
+    c.selection.bots_decay = 0.1  # BOTS lambda (forgetting toward the prior)
+    c.selection.bots_implicit_weight = 0.1  # BOTS rho (weight of the implicit evidence)
+    c.selection.bots_prior = 1.0  # BOTS alpha_0 = beta_0
+    c.selection.replay_capacity = 0  # dots / bots: > 0 replays groups from a FIFO buffer of this many (DOTS: 512)
+    c.selection.replay_fresh_fraction = 0.5  # fresh groups per step once the buffer can fill the rest (DOTS sigma)
+    c.selection.knapsack_min_n = 2  # knapsack: rollouts of prompts with success 0 or 1
+    c.selection.knapsack_max_n = 64  # knapsack: most rollouts of one prompt
+    c.selection.hints = False  # GHPO: regenerate all-fail groups with growing reference-solution prefixes
+    c.selection.hint_fractions = (0.25, 0.5, 0.75)
+    c.selection.curriculum_steps = 0  # > 0 (arithmetic): operands and max_value grow to config.task's over these steps
+    c.selection.curriculum_start_operands = 2
+    c.selection.curriculum_start_max_value = 9
+
     # Held-out evaluation: greedy accuracy, and pass@k from `pass_n` samples at the rollout temperature.
     c.eval = ml_collections.ConfigDict()
     c.eval.num_examples = 512

@@ -20,6 +20,7 @@ from ml_collections import config_dict
 
 from rl4llm import models
 from rl4llm import rewards
+from rl4llm.data import selection as selection_lib
 from rl4llm.data import tasks
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import length as length_lib
@@ -326,6 +327,89 @@ def _task_errors(config) -> list[str]:
     return errors
 
 
+def _selection_errors(config) -> list[str]:
+    """Prompt selection, replay, rollout allocation, hints and curriculum (config.selection.*)."""
+    errors = []
+    sel = config.selection
+    _check_choice(errors, config, "selection.method", selection_lib.METHODS)
+    _check_positive_int(errors, config, "selection.max_gen_rounds")
+    _check_range(errors, config, "selection.acc_low", 0.0, 1.0)
+    _check_range(errors, config, "selection.acc_high", 0.0, 1.0)
+    if not errors and sel.acc_low > sel.acc_high:
+        errors.append(f"config.selection.acc_low={sel.acc_low}: must be <= config.selection.acc_high={sel.acc_high}")
+    _check_positive_int(errors, config, "selection.pool_size")
+    _check_range(errors, config, "selection.target", 0.0, 1.0)
+    _check_range(errors, config, "selection.dots_temperature", 0.0, 1e3, low_open=True)
+    _check_range(errors, config, "selection.bots_temperature", 0.0, 1e3)
+    _check_range(errors, config, "selection.bots_decay", 0.0, 1.0)
+    _check_range(errors, config, "selection.bots_implicit_weight", 0.0, 1.0)
+    _check_range(errors, config, "selection.bots_prior", 0.0, 1e6, low_open=True)
+    _check_positive_int(errors, config, "selection.replay_capacity", minimum=0)
+    _check_range(errors, config, "selection.replay_fresh_fraction", 0.0, 1.0, low_open=True)
+    _check_positive_int(errors, config, "selection.knapsack_min_n", minimum=2)
+    _check_positive_int(errors, config, "selection.knapsack_max_n", minimum=2)
+    _check_positive_int(errors, config, "selection.curriculum_steps", minimum=0)
+    _check_positive_int(errors, config, "selection.curriculum_start_operands", minimum=2)
+    _check_positive_int(errors, config, "selection.curriculum_start_max_value")
+    if not isinstance(sel.hints, bool):
+        errors.append(f"config.selection.hints={sel.hints!r}: must be True or False")
+    fractions = tuple(sel.hint_fractions)
+    if not fractions or any(not isinstance(f, (int, float)) or not 0 < f <= 1 for f in fractions) or list(
+        fractions
+    ) != sorted(fractions):
+        errors.append(f"config.selection.hint_fractions={fractions!r}: must be increasing fractions in (0, 1]")
+    if errors:
+        return errors
+    method, rl = sel.method, config.rl
+    if isinstance(rl.num_prompts, int) and method in selection_lib.POOL_METHODS and sel.pool_size < rl.num_prompts:
+        errors.append(f"config.selection.pool_size={sel.pool_size}: must be >= config.rl.num_prompts={rl.num_prompts}")
+    if sel.replay_capacity:
+        if method not in ("dots", "bots"):
+            errors.append(
+                f"config.selection.replay_capacity={sel.replay_capacity}: rollout replay needs method 'dots' or "
+                f"'bots' (per-prompt pool), not {method!r}; set it to 0"
+            )
+        if rl.tis_cap <= 0:
+            errors.append(
+                "config.rl.tis_cap=0: replayed rollouts are off-policy and need the importance weights against "
+                "their behaviour log-probs (DOTS's clip = PPO clip x pi_old/mu_b); set it > 0 (1e9: untruncated)"
+            )
+        if isinstance(rl.num_prompts, int) and sel.replay_capacity < rl.num_prompts:
+            errors.append(
+                f"config.selection.replay_capacity={sel.replay_capacity}: must be >= config.rl.num_prompts="
+                f"{rl.num_prompts} (or 0 for no replay)"
+            )
+    if method == "knapsack":
+        if sel.knapsack_max_n < sel.knapsack_min_n:
+            errors.append(
+                f"config.selection.knapsack_max_n={sel.knapsack_max_n}: must be >= knapsack_min_n={sel.knapsack_min_n}"
+            )
+        if isinstance(rl.num_generations, int) and sel.knapsack_min_n > rl.num_generations:
+            errors.append(
+                f"config.selection.knapsack_min_n={sel.knapsack_min_n}: must be <= config.rl.num_generations="
+                f"{rl.num_generations} (the budget is num_prompts x num_generations)"
+            )
+        if sel.hints:
+            errors.append("config.selection.hints=True: not supported with method 'knapsack' (unequal groups)")
+        if rl.advantage in registry.ADVANTAGES and "baseline_scores" in registry.advantage_inputs(rl.advantage):
+            errors.append(
+                f"config.selection.method='knapsack': rl.advantage={rl.advantage!r} repeats a greedy baseline over "
+                "equal groups; use an estimator without baseline_scores"
+            )
+    if sel.curriculum_steps:
+        if config.task.name != "arithmetic":
+            errors.append(
+                f"config.selection.curriculum_steps={sel.curriculum_steps}: the curriculum schedules the arithmetic "
+                f"task (config.task.name={config.task.name!r}); set it to 0"
+            )
+        if method in selection_lib.POOL_METHODS:
+            errors.append(
+                f"config.selection.curriculum_steps={sel.curriculum_steps}: method {method!r} selects from a fixed "
+                "prompt pool; the curriculum works with uniform, dynamic_sampling and accuracy_band"
+            )
+    return errors
+
+
 def _critic_errors(config) -> list[str]:
     """PPO's value model (config.critic.*), trained when rl.advantage needs values (rl.advantage="gae"), and
     PRIME's implicit PRM (config.prime.*, rl.advantage="prime")."""
@@ -443,6 +527,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     errors += _reward_component_errors(config)
     errors += _control_errors(config)
     errors += _critic_errors(config)
+    errors += _selection_errors(config)
 
     _check_positive_int(errors, config, "eval.num_examples")
     _check_positive_int(errors, config, "eval.every")
