@@ -13,7 +13,10 @@ import dataclasses
 from typing import Any, Callable, Mapping
 
 from rl4llm.envs import base
+from rl4llm.envs import countdown_calc
+from rl4llm.envs import grid_nav
 from rl4llm.envs import guess_number
+from rl4llm.envs import kg_search
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,11 +31,15 @@ class EnvEntry:
     explore: Callable[[Any], base.Policy]
 
 
+def _entry_of(module, config_cls: type, env_cls: type) -> EnvEntry:
+    return EnvEntry(config_cls, env_cls, module.source, module.expert, module.explore)
+
+
 ENVS: dict[str, EnvEntry] = {
-    "guess_number": EnvEntry(
-        guess_number.GuessNumberConfig, guess_number.GuessNumberEnv, guess_number.source, guess_number.expert,
-        guess_number.explore,
-    ),
+    "guess_number": _entry_of(guess_number, guess_number.GuessNumberConfig, guess_number.GuessNumberEnv),
+    "kg_search": _entry_of(kg_search, kg_search.KGSearchConfig, kg_search.KGSearchEnv),
+    "countdown_calc": _entry_of(countdown_calc, countdown_calc.CountdownCalcConfig, countdown_calc.CountdownCalcEnv),
+    "grid_nav": _entry_of(grid_nav, grid_nav.GridNavConfig, grid_nav.GridNavEnv),
 }
 
 
@@ -47,17 +54,34 @@ def section_defaults(name: str) -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(_entry(name).config_cls) if f.name != "seed"}
 
 
+def _type_ok(value: Any, default: Any) -> bool:
+    """Whether ``value`` has the type of the knob's ``default`` (an int is a float; a bool is no number)."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(default))
+
+
 def build_config(name: str, section: Mapping[str, Any], seed: int):
-    """Env ``name``'s config from its section's knobs (unknown or missing knobs and bad values are ValueErrors
-    that name the field)."""
+    """Env ``name``'s config from the knobs of its section ``config.agent.<name>`` (missing knobs take their
+    defaults). Unknown knobs, knobs of the wrong type and values the env rejects are ValueErrors naming the field."""
     entry = _entry(name)
-    known = set(section_defaults(name))
-    unknown = set(section) - known
+    defaults = section_defaults(name)
+    section = dict(section)
+    unknown = sorted(set(section) - set(defaults))
     if unknown:
-        raise ValueError(
-            f"config.agent.{name}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}."
-        )
-    return entry.config_cls(**dict(section), seed=seed)
+        raise ValueError(f"config.agent.{name}: unknown field(s) {unknown}; known: {sorted(defaults)}.")
+    for key, value in section.items():
+        if not _type_ok(value, defaults[key]):
+            raise ValueError(
+                f"config.agent.{name}.{key}={value!r}: expected {type(defaults[key]).__name__} "
+                f"(default {defaults[key]!r})."
+            )
+    try:
+        return entry.config_cls(**{**defaults, **section}, seed=seed)
+    except ValueError as e:
+        raise ValueError(f"config.agent.{name}: {e}") from e
 
 
 def source(name: str, section: Mapping[str, Any], seed: int) -> base.TaskSource:
