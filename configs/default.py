@@ -184,4 +184,31 @@ def get_config() -> ml_collections.ConfigDict:
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every = 25
     c.checkpoint.max_to_keep = 3
+
+    # Device meshes (rl4llm.parallel): axes data x fsdp x tensor, product = the number of devices (one of them -1:
+    # the rest). data and fsdp split the batch; fsdp also shards every weight's width (FSDP / ZeRO-3); tensor splits
+    # heads, MLP and vocabulary. On one device nothing is placed (the programs run as without a mesh).
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.data = -1
+    c.mesh.fsdp = 1
+    c.mesh.tensor = 1
+    c.mesh.shard_params_over_data = False  # True: weights sharded over fsdp x data (ZeRO-3 over every replica)
+    # The sampler's mesh: "shared" (the learner's), "colocated" (same devices, layout sampler_*; weights resharded
+    # after each update) or "disaggregated" (the last sampler_devices devices, layout sampler_*; the learner gets
+    # the others; single process only).
+    c.mesh.sampler = "shared"
+    c.mesh.sampler_data = -1
+    c.mesh.sampler_fsdp = 1
+    c.mesh.sampler_tensor = 1
+    c.mesh.sampler_devices = 0
+
+    # Multi-host (rl4llm.parallel.distributed): initialize=True calls jax.distributed.initialize first. Leave the
+    # rest unset on Cloud TPU / SLURM / Open MPI (auto-detected); elsewhere set all three here or in the environment
+    # ($JAX_COORDINATOR_ADDRESS host:port of process 0, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID).
+    c.distributed = ml_collections.ConfigDict()
+    c.distributed.initialize = False
+    c.distributed.coordinator_address = ""
+    c.distributed.num_processes = 0
+    c.distributed.process_id = -1
+    c.distributed.initialization_timeout_s = 300
     return c
