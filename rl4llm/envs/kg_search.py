@@ -191,7 +191,7 @@ def expert(cfg: KGSearchConfig) -> base.Policy:
         start, *rels = task.prompt.split()[1:]
         current, hop = start, 0
         for action, obs in turns:
-            if action == f"<search>{current}</search>" and not obs.startswith("=Error"):
+            if hop < len(rels) and action == f"<search>{current}</search>" and not obs.startswith("=Error"):
                 current, hop = parse_facts(obs)[rels[hop]], hop + 1
         return f"<answer>{current}</answer>" if hop == len(rels) else f"<search>{current}</search>"
 
