@@ -22,6 +22,7 @@ from rl4llm import models
 from rl4llm import rewards
 from rl4llm.data import selection as selection_lib
 from rl4llm.data import tasks
+from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import length as length_lib
 from rl4llm.rewards import pipeline as pipeline_lib
@@ -480,6 +481,37 @@ def _model_errors(config) -> list[str]:
     return errors
 
 
+def _mesh_errors(config) -> list[str]:
+    """config.mesh fits the devices (`parallel.mesh.meshes_from_config`), and the learner's batches (RL minibatch,
+    SFT batch) split evenly over its batch axes (data x fsdp)."""
+    try:
+        meshes = mesh_lib.meshes_from_config(config.mesh)
+    except (ValueError, TypeError) as e:
+        return [str(e)]
+    errors = []
+    if meshes.placement == "disaggregated" and jax.process_count() > 1:
+        errors.append(
+            "config.mesh.sampler='disaggregated': copying weights between disjoint device sets is supported in a "
+            "single process only; use 'colocated' (same devices, another layout) on several hosts"
+        )
+    shards = meshes.learner.shape["data"] * meshes.learner.shape["fsdp"]
+    rl = config.rl
+    sizes = (rl.num_prompts, rl.num_generations, rl.num_minibatches, config.sft.batch_size)
+    if not all(isinstance(v, int) and v > 0 for v in sizes):
+        return errors  # reported by the batch checks
+    rows = {
+        "rl.num_prompts*num_generations/num_minibatches": rl.num_prompts * rl.num_generations // rl.num_minibatches,
+        "sft.batch_size": config.sft.batch_size,
+    }
+    for path, n in rows.items():
+        if n % shards:
+            errors.append(
+                f"config.{path}={n}: the learner splits batch rows over config.mesh.data x fsdp = {shards} devices; "
+                f"make it a multiple of {shards}"
+            )
+    return errors
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ConfigError listing every invalid field of `config`."""
     errors = []
@@ -528,6 +560,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     errors += _control_errors(config)
     errors += _critic_errors(config)
     errors += _selection_errors(config)
+    errors += _mesh_errors(config)
 
     _check_positive_int(errors, config, "eval.num_examples")
     _check_positive_int(errors, config, "eval.every")
