@@ -15,12 +15,13 @@ import functools
 from typing import Any
 
 import jax
+import numpy as np
 from jax.sharding import NamedSharding
 
 from rl4llm import sampling
 from rl4llm.models import ModelConfig
 from rl4llm.parallel import rules as rules_lib
-from rl4llm.parallel.mesh import Meshes
+from rl4llm.parallel.mesh import Meshes, meshes_from_config
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -47,8 +48,9 @@ class Layout:
         return rules_lib.place(state, self.state_shardings(state))
 
     def place_batch(self, batch: Any) -> Any:
-        """A learner (mini)batch with its rows over the learner mesh's batch axes."""
-        return rules_lib.place(batch, self.learner_batch)
+        """A learner batch (or a Rollout) with its rows over the learner mesh's batch axes (scalars replicated)."""
+        replicated = rules_lib.replicated(self.meshes.learner)
+        return rules_lib.place(batch, jax.tree.map(lambda x: self.learner_batch if np.ndim(x) else replicated, batch))
 
     def sampler_params(self, params: Any) -> Any:
         """The learner's params resharded for the sampler (the same arrays when the mesh is shared)."""
@@ -74,3 +76,12 @@ class Layout:
         prompts = rules_lib.place((prompt_tokens, prompt_mask), self.sampler_batch)
         key = rules_lib.place(key, rules_lib.replicated(self.meshes.sampler))
         return program(self.sampler_params(params), *prompts, key)
+
+
+def layout_from_config(config, model_cfg: ModelConfig) -> Layout | None:
+    """The Layout of `config.mesh` over all devices, or None on a single device (nothing to place: the
+    programs run exactly as without a mesh)."""
+    if jax.device_count() == 1:
+        return None
+    meshes = meshes_from_config(config.mesh)
+    return Layout(meshes, model_cfg, rules_lib.logical_axis_rules(config.mesh.shard_params_over_data))

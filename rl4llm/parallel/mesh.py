@@ -41,7 +41,7 @@ def mesh_shape(sizes: Mapping[str, int], num_devices: int, *, field: str = "conf
         raise ValueError(f"{', '.join(bad)}: mesh axis sizes must be >= 1, or -1 for 'the remaining devices'.")
     rest = [a for a, v in values.items() if v == -1]
     if len(rest) > 1:
-        raise ValueError(f"{' and '.join(f'{field}{a}' for a in rest)} are all -1: at most one mesh axis may be -1.")
+        raise ValueError(f"{' and '.join(f'{field}{a}' for a in rest)} are -1: at most one mesh axis may be -1 (the rest).")
     fixed = math.prod(v for v in values.values() if v != -1)
     if rest:
         if num_devices % fixed:
