@@ -5,8 +5,10 @@ A workdir written by `experiments/train.py` (`trainer.run`) holds
   config.json                     the run's config                      `load_config`
   metrics.jsonl                   one record per logged (stage, step)   `load_metrics`
   summary.json                    warm-start and final evaluation       `load_summary`
-  eval_<stage>_<step>.json        `experiments/evaluate.py`'s results   `load_evals`, `eval_path`, `pass_at_k_curve`
+  eval_<stage>_<step>.json        `evaluate_checkpoint`'s results       `load_evals`, `eval_path`, `pass_at_k_curve`
   checkpoints/{sft,rl}/<step>     Orbax checkpoints                     `checkpoint_steps`, `restore_policy`
+
+`evaluate_checkpoint` is what `experiments/evaluate.py` runs.
 
 Reading metrics, summaries and evaluations needs no JAX; restoring a policy rebuilds the run's task, tokenizer
 and model with `trainer.build_setup` and reads only the params of the checkpoint (`Checkpointer.restore_entry`).
@@ -19,7 +21,7 @@ import glob
 import json
 import os
 import re
-from typing import Any
+from typing import Any, Sequence
 
 import ml_collections
 import numpy as np
@@ -188,3 +190,51 @@ def sample_completions(policy: Policy, num_prompts: int, seed: int = 0) -> list[
             examples, completions.texts, completions.rewards, completions.lengths, completions.finished
         )
     ]
+
+
+def evaluate_checkpoint(
+    workdir: str, ks: Sequence[int], *, stage: str = "auto", step: int | None = None,
+    num_examples: int | None = None, seed: int | None = None,
+) -> dict:
+    """Evaluates checkpoint (stage, step) of `workdir` (`resolve_checkpoint`) on the run's held-out split with
+    n = max(ks) samples per prompt (`rl4llm.train.evaluate.evaluate`), writes the result to
+    `eval_path(workdir, stage, step)` and returns it: {"workdir", "stage", "step", "n", "k", "num_examples",
+    "seed", "metrics"}. The key is the trainer's evaluation key, fold_in(key(config.seed), 2) (`trainer.run_rl`),
+    unless `seed` is given (key(seed)): with the run's own k and num_examples the metrics equal those the
+    run logged at that step."""
+    import jax
+
+    from rl4llm.train import evaluate as evaluate_lib
+
+    if not ks or not all(isinstance(k, int) and k >= 1 for k in ks):
+        raise ValueError(f"k={list(ks)}: every k must be an integer >= 1")
+    ks = sorted(set(ks))
+    with restore_policy(workdir, stage, step, num_examples=num_examples) as policy:
+        spec = dataclasses.replace(policy.setup.eval_spec, pass_n=max(ks), pass_k=tuple(ks))
+        key = jax.random.key(seed) if seed is not None else jax.random.fold_in(jax.random.key(policy.config.seed), 2)
+        metrics = evaluate_lib.evaluate(
+            policy.setup.model_cfg, policy.params, policy.setup.tokenizer, policy.setup.eval_examples, key, spec,
+            policy.setup.score_fn,
+        )
+        result = {
+            "workdir": os.path.abspath(workdir),
+            "stage": policy.stage,
+            "step": policy.step,
+            "n": max(ks),
+            "k": ks,
+            "num_examples": len(policy.setup.eval_examples),
+            "seed": seed,
+            "metrics": metrics,
+        }
+    with open(eval_path(workdir, policy.stage, policy.step), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    return result
+
+
+def format_evaluation(result: dict) -> str:
+    """An `evaluate_checkpoint` result as a two-column table."""
+    title = (
+        f"{result['workdir']}: {result['stage']} step {result['step']}, "
+        f"{result['num_examples']} held-out prompts, n={result['n']} samples each"
+    )
+    return "\n".join([title] + [f"  {key.removeprefix('eval/'):32s} {v:10.4f}" for key, v in result["metrics"].items()])
