@@ -1,5 +1,6 @@
 """Adversarial Python programs, shared by the sandbox tests (tests/test_sandbox.py) and the python-tool tests
-(tests/test_envs.py). Each would print ``ok`` (or pass its test) if its attack succeeded."""
+(tests/test_envs.py). Each would print ``ok`` (or pass its test) if its attack succeeded. Plus
+:func:`uid_processes`, to check that nothing of a run survives it."""
 
 import os
 
@@ -50,3 +51,21 @@ def kill_processes(pids: list[int]) -> str:
         "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\n"
         "os.kill(-1, signal.SIGKILL)\nos.killpg(0, signal.SIGKILL)\nprint('ok')\n"
     )
+
+
+def uid_processes(uid: int) -> list[int]:
+    """The pids of the running processes of ``uid``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.append(int(entry))
+                        break
+        except OSError:
+            continue
+    return pids

@@ -24,28 +24,11 @@ needs_containment = pytest.mark.skipif(
 )
 
 
-def _uid_processes(uid: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as f:
-                for line in f:
-                    if line.startswith("Uid:"):
-                        if int(line.split()[1]) == uid:
-                            pids.append(int(entry))
-                        break
-        except OSError:
-            continue
-    return pids
-
-
 def _attack(program: str, expected_output: str = "ok", limits: sandbox.Limits = FAST) -> sandbox.Result:
     result = sandbox.run_tests(program, [{"input": "", "output": expected_output}], limits)
     assert result.passed == 0 and result.fraction == 0.0, result
     if os.getuid() == 0:
-        assert _uid_processes(sandbox._sandbox_uid()) == [], "processes of the sandbox uid survived the run"
+        assert adv.uid_processes(sandbox._sandbox_uid()) == [], "processes of the sandbox uid survived the run"
     return result
 
 
@@ -120,7 +103,7 @@ def test_background_process_escaping_with_setsid_is_killed():
     result = sandbox.run_tests(adv.SETSID_ESCAPE, [{"input": "", "output": "ok"}], FAST)
     assert (result.passed, result.status) == (1, "ok")  # the program did what its test asked, in time...
     if os.getuid() == 0:
-        assert _uid_processes(sandbox._sandbox_uid()) == []  # ...and its detached child is gone
+        assert adv.uid_processes(sandbox._sandbox_uid()) == []  # ...and its detached child is gone
 
 
 def test_memory_bomb():
