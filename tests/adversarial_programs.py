@@ -12,7 +12,10 @@ CONTAINED = sandbox.isolation() == "namespaces" or os.getuid() == 0
 INFINITE_LOOP = "while True:\n    pass\nprint('ok')\n"
 FORK_BOMB = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
 SETSID_ESCAPE = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(100)\nprint('ok')\n"
-MEMORY_BOMBS = ("x = bytearray(10 ** 10)\nprint('ok')\n", "chunks = []\nwhile True:\n    chunks.append('x' * 10 ** 7)\n")
+MEMORY_BOMBS = (
+    "x = bytearray(10 ** 10)\nprint('ok')\n",
+    "chunks = []\nwhile True:\n    chunks.append('x' * 10 ** 7)\n",
+)
 # The first prints 50 MB at once; the others write megabytes forever (to stdout, to stderr).
 HUGE_OUTPUTS = (
     "print('x' * 50_000_000)\nprint('ok')\n",

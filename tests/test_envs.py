@@ -402,6 +402,8 @@ def test_tool_timeout_retry_and_errors_are_text():
         release.set()
     with pytest.raises(ValueError, match="timeout_s"):
         tools.Tools({}, timeout_s=0)
+    with pytest.raises(ValueError, match=r"KGSearchConfig.tool_\*: timeout_s=5.0 must be > 0 and retries=-1"):
+        envs.build_config("kg_search", {"tool_retries": -1}, 0)
 
 
 def test_a_tool_timeout_in_an_env_is_an_error_observation(monkeypatch):

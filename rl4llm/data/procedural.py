@@ -84,7 +84,7 @@ class ProblemSource:
     """A procedural task's train / held-out / tokenizer-corpus streams, from its ``draw(rng, k)`` function.
 
     ``streams`` = (train, test, corpus) SeedSequence prefixes, distinct per task; ``what`` (the task config) and
-    ``hint`` go into the error raised when a split is too small.
+    ``hint`` go into the error raised when a split is too small; ``key`` is the text the split goes by (``sample``).
     """
 
     draw: Callable[[np.random.Generator, int], list[Example]]
@@ -94,10 +94,14 @@ class ProblemSource:
     alphabet: str
     what: object
     hint: str
+    key: Callable[[Example], str] = lambda ex: ex.prompt
 
     @classmethod
-    def of(cls, cfg, draw: Callable, *, streams: tuple[int, int, int], alphabet: str, hint: str) -> "ProblemSource":
-        """The source of task config ``cfg`` (its ``test_fraction`` and ``seed``) drawing ``draw(rng, cfg, k)``."""
+    def of(
+        cls, cfg, draw: Callable, *, streams: tuple[int, int, int], alphabet: str, hint: str, **kwargs
+    ) -> "ProblemSource":
+        """The source of task config ``cfg`` (its ``test_fraction`` and ``seed``) drawing ``draw(rng, cfg, k)``;
+        ``kwargs``: ``key``."""
         return cls(
             draw=lambda rng, k: draw(rng, cfg, k),
             streams=streams,
@@ -106,12 +110,13 @@ class ProblemSource:
             alphabet=alphabet,
             what=cfg,
             hint=hint,
+            **kwargs,
         )
 
     def _sample(self, rng: np.random.Generator, n: int, *, test: bool, distinct: bool) -> list[Example]:
         return sample(
             rng, self.draw, n, test=test, test_fraction=self.test_fraction, distinct=distinct, what=self.what,
-            hint=self.hint,
+            hint=self.hint, key=self.key,
         )
 
     def train_examples(self, step: int, batch_size: int) -> list[Example]:
@@ -128,7 +133,10 @@ class ProblemSource:
             raise ValueError(f"test_fraction=0 leaves no held-out problems for {self.what}; set it > 0.")
         return self._sample(np.random.default_rng([self.streams[1]]), n, test=True, distinct=True)
 
+    def corpus_examples(self, n: int) -> list[Example]:
+        """The ``n`` training-split problems whose texts make the tokenizer corpus."""
+        return self._sample(np.random.default_rng([self.streams[2], self.seed]), n, test=False, distinct=False)
+
     def corpus(self, n: int) -> list[str]:
         """Tokenizer-training text: the alphabet line, then ``n`` training ``prompt + solution`` texts."""
-        rng = np.random.default_rng([self.streams[2], self.seed])
-        return [self.alphabet] + [ex.prompt + ex.solution for ex in self._sample(rng, n, test=False, distinct=False)]
+        return [self.alphabet] + [ex.prompt + ex.solution for ex in self.corpus_examples(n)]

@@ -283,53 +283,46 @@ def noisy(expert: Policy, explore: Policy, p: float) -> Policy:
 
 @dataclasses.dataclass(frozen=True)
 class TaskSource:
-    """An env's train / held-out task streams and tokenizer corpus, with the single-turn tasks' split and
-    determinism rules (``rl4llm.data.procedural``): a task is held out iff the hash of its instance key
-    (:func:`split_key`: prompt and answer, since a prompt may not show the hidden instance) falls below
-    ``test_fraction``; step ``s``'s tasks come from ``default_rng([streams[0], seed, s])``, the held-out set from
-    ``default_rng([streams[1]])``, the corpus from ``default_rng([streams[2], seed])``.
+    """An env's train / held-out task streams and tokenizer corpus: a ``rl4llm.data.procedural.ProblemSource``
+    whose problems are :class:`TaskSpec` (same determinism and split rules as the single-turn tasks, the split going
+    by :func:`split_key`, since a prompt may not show the hidden instance), plus ``env()`` (a fresh env) and the
+    scripted ``expert`` whose transcripts make the corpus."""
 
-    ``draw(rng, k)`` draws ``k`` tasks; ``env()`` builds a fresh env; ``expert`` is its scripted expert policy;
-    ``what`` (the env config) and ``hint`` go into the error raised when a split is too small.
-    """
-
-    draw: Callable[[np.random.Generator, int], list[TaskSpec]]
+    problems: procedural.ProblemSource
     env: Callable[[], AgentEnv]
     expert: Policy
-    streams: tuple[int, int, int]
-    test_fraction: float
-    seed: int
-    alphabet: str
-    what: object
-    hint: str
 
-    def _sample(self, rng: np.random.Generator, n: int, *, test: bool, distinct: bool) -> list[TaskSpec]:
-        return procedural.sample(
-            rng, self.draw, n, test=test, test_fraction=self.test_fraction, distinct=distinct, what=self.what,
-            hint=self.hint, key=split_key,
-        )
+    @property
+    def alphabet(self) -> str:
+        """Every character the env's texts use (the corpus's first line)."""
+        return self.problems.alphabet
 
     def train_tasks(self, step: int, n: int) -> list[TaskSpec]:
         """The ``n`` training tasks of ``step`` (never held-out ones); a smaller ``n`` is a prefix of a larger."""
-        if step < 0:
-            raise ValueError(f"step={step}: must be >= 0.")
-        return self._sample(np.random.default_rng([self.streams[0], self.seed, step]), n, test=False, distinct=False)
+        return self.problems.train_examples(step, n)
 
     def test_tasks(self, n: int) -> list[TaskSpec]:
         """The fixed held-out set: ``n`` distinct tasks, independent of the seed; a prefix of any larger set."""
-        if self.test_fraction == 0.0:
-            raise ValueError(f"test_fraction=0 leaves no held-out tasks for {self.what}; set it > 0.")
-        return self._sample(np.random.default_rng([self.streams[1]]), n, test=True, distinct=True)
+        return self.problems.test_examples(n)
 
     def corpus(self, n: int) -> list[str]:
-        """Tokenizer-training text: the alphabet line (every character the env's texts use), then ``n`` expert
-        transcripts of training-split tasks."""
-        rng = np.random.default_rng([self.streams[2], self.seed])
-        env = self.env()
-        tasks = self._sample(rng, n, test=False, distinct=False)
+        """Tokenizer-training text: the alphabet line, then ``n`` expert transcripts of training-split tasks."""
+        env, rng = self.env(), np.random.default_rng(0)  # the expert is deterministic; rng only fills the signature
+        tasks = self.problems.corpus_examples(n)
         return [self.alphabet] + [transcript(t, play(env, t, 0, self.expert, rng)) for t in tasks]
 
 
 def split_key(task: TaskSpec) -> str:
     """The text a task's train / held-out split and distinctness go by: its prompt and its answer."""
     return task.prompt + "\x00" + task.answer
+
+
+def task_source(
+    cfg, env_cls: Callable[[Any], AgentEnv], draw: Callable, expert: Callable[[Any], Policy], alphabet: str, *,
+    streams: tuple[int, int, int], hint: str,
+) -> TaskSource:
+    """The :class:`TaskSource` of env config ``cfg`` (its ``test_fraction`` and ``seed``): tasks ``draw(rng, cfg,
+    k)``, envs ``env_cls(cfg)``, expert ``expert(cfg)``; ``streams`` (train, test, corpus) seed prefixes distinct
+    per env, ``hint`` how to enlarge the task space (for the error raised when a split is too small)."""
+    problems = procedural.ProblemSource.of(cfg, draw, streams=streams, alphabet=alphabet, hint=hint, key=split_key)
+    return TaskSource(problems, lambda: env_cls(cfg), expert(cfg))

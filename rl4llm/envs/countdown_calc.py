@@ -65,11 +65,7 @@ class CountdownCalcConfig:
                 f"CountdownCalcConfig.max_turns={self.max_turns}: {self.max_numbers} numbers need "
                 f"{self.max_numbers - 1} calc turns and an answer; set max_turns >= {self.max_numbers}."
             )
-        if self.tool_timeout_s <= 0 or self.tool_retries < 0:
-            raise ValueError(
-                f"CountdownCalcConfig: tool_timeout_s={self.tool_timeout_s} must be > 0 and tool_retries="
-                f"{self.tool_retries} >= 0."
-            )
+        tools_lib.check_call_limits(self.tool_timeout_s, self.tool_retries, "CountdownCalcConfig.tool_*")
 
     def problems(self) -> countdown_data.CountdownConfig:
         """The single-turn task config that draws this env's problems."""
@@ -168,14 +164,6 @@ def alphabet(cfg: CountdownCalcConfig) -> str:
 
 def source(cfg: CountdownCalcConfig) -> base.TaskSource:
     """The env's task streams (``base.TaskSource``)."""
-    return base.TaskSource(
-        draw=lambda rng, k: _draw(rng, cfg, k),
-        env=lambda: CountdownCalcEnv(cfg),
-        expert=expert(cfg),
-        streams=_STREAMS,
-        test_fraction=cfg.test_fraction,
-        seed=cfg.seed,
-        alphabet=alphabet(cfg),
-        what=cfg,
-        hint="raise max_number/max_numbers",
+    return base.task_source(
+        cfg, CountdownCalcEnv, _draw, expert, alphabet(cfg), streams=_STREAMS, hint="raise max_number/max_numbers"
     )

@@ -193,14 +193,6 @@ def alphabet(cfg: GridNavConfig) -> str:
 
 def source(cfg: GridNavConfig) -> base.TaskSource:
     """The env's task streams (``base.TaskSource``)."""
-    return base.TaskSource(
-        draw=lambda rng, k: _draw(rng, cfg, k),
-        env=lambda: GridNavEnv(cfg),
-        expert=expert(cfg),
-        streams=_STREAMS,
-        test_fraction=cfg.test_fraction,
-        seed=cfg.seed,
-        alphabet=alphabet(cfg),
-        what=cfg,
-        hint="raise size or num_holes",
+    return base.task_source(
+        cfg, GridNavEnv, _draw, expert, alphabet(cfg), streams=_STREAMS, hint="raise size or num_holes"
     )

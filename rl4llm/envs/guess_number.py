@@ -163,14 +163,7 @@ def alphabet(cfg: GuessNumberConfig) -> str:
 
 def source(cfg: GuessNumberConfig) -> base.TaskSource:
     """The env's task streams (``base.TaskSource``)."""
-    return base.TaskSource(
-        draw=lambda rng, k: _draw(rng, cfg, k),
-        env=lambda: GuessNumberEnv(cfg),
-        expert=expert(cfg),
-        streams=_STREAMS,
-        test_fraction=cfg.test_fraction,
-        seed=cfg.seed,
-        alphabet=alphabet(cfg),
-        what=cfg,
+    return base.task_source(
+        cfg, GuessNumberEnv, _draw, expert, alphabet(cfg), streams=_STREAMS,
         hint="raise max_number or widen [min_width, max_width]",
     )

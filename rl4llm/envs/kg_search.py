@@ -80,11 +80,7 @@ class KGSearchConfig:
                 f"KGSearchConfig.max_turns={self.max_turns}: a {self.max_hops}-hop question needs {self.max_hops} "
                 f"searches and an answer; set max_turns >= {self.max_hops + 1}."
             )
-        if self.tool_timeout_s <= 0 or self.tool_retries < 0:
-            raise ValueError(
-                f"KGSearchConfig: tool_timeout_s={self.tool_timeout_s} must be > 0 and tool_retries="
-                f"{self.tool_retries} >= 0."
-            )
+        tools_lib.check_call_limits(self.tool_timeout_s, self.tool_retries, "KGSearchConfig.tool_*")
         if not 0.0 <= self.test_fraction < 1.0:
             raise ValueError(f"KGSearchConfig.test_fraction={self.test_fraction}: must be in [0, 1).")
 
@@ -217,14 +213,6 @@ def alphabet(cfg: KGSearchConfig) -> str:
 
 def source(cfg: KGSearchConfig) -> base.TaskSource:
     """The env's task streams (``base.TaskSource``)."""
-    return base.TaskSource(
-        draw=lambda rng, k: _draw(rng, cfg, k),
-        env=lambda: KGSearchEnv(cfg),
-        expert=expert(cfg),
-        streams=_STREAMS,
-        test_fraction=cfg.test_fraction,
-        seed=cfg.seed,
-        alphabet=alphabet(cfg),
-        what=cfg,
-        hint="raise num_entities or max_hops",
+    return base.task_source(
+        cfg, KGSearchEnv, _draw, expert, alphabet(cfg), streams=_STREAMS, hint="raise num_entities or max_hops"
     )

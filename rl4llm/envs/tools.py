@@ -67,14 +67,17 @@ def cut(text: str, max_chars: int = MAX_OUTPUT_CHARS) -> str:
     return text if len(text) <= max_chars else text[: max_chars - len(TRUNCATED)] + TRUNCATED
 
 
+def check_call_limits(timeout_s: float, retries: int, owner: str) -> None:
+    """ValueError naming ``owner``'s fields unless ``timeout_s > 0`` and ``retries >= 0``."""
+    if timeout_s <= 0 or retries < 0:
+        raise ValueError(f"{owner}: timeout_s={timeout_s} must be > 0 and retries={retries} >= 0.")
+
+
 class Tools:
     """A registry of tools ``name -> fn(args) -> str``, called with a timeout and retries (module docstring)."""
 
     def __init__(self, tools: Mapping[str, Callable[[str], str]], *, timeout_s: float = 5.0, retries: int = 1):
-        if timeout_s <= 0:
-            raise ValueError(f"Tools: timeout_s={timeout_s} must be > 0.")
-        if retries < 0:
-            raise ValueError(f"Tools: retries={retries} must be >= 0.")
+        check_call_limits(timeout_s, retries, "Tools")
         self._tools = dict(tools)
         self.timeout_s = timeout_s
         self.retries = retries
