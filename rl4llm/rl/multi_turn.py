@@ -350,7 +350,7 @@ def bilevel_gae(
     turn level:   δ_k = r_k + γ_hi·V_{k+1} − V_k  (V_{K_i} = 0);   Â_k = δ_k + γ_hi·λ·Â_{k+1};   R_k = Â_k + V_k
     token level:  inside each turn, GAE(γ, λ) over its action tokens with reward R_k on the last one and
                   bootstrap 0 after it (observation tokens are skipped; nothing crosses a turn boundary)
-    advantages = masked_whiten(A, m)  (global, like `gae`);   returns = A + V  (the critic's targets)
+    advantages = masked_whiten(A, m)·m  (global, like `gae`, then zeroed off the mask);   returns = A + V
     ```
     Defaults γ = λ = 1, γ_hi = `turn_gamma` = 0.95 (RAGEN `base.yaml`). The turn-level scan reuses
     `advantages.gae_scan` over turns, the token level over each turn's tokens. Difference from the code:
@@ -379,7 +379,7 @@ def bilevel_gae(
         return jnp.where(in_turn, gae_scan(token_rewards, values, in_turn, gamma=gamma, lam=lam), 0.0)
 
     adv = jnp.sum(jax.vmap(one_turn)(jnp.arange(k)), axis=0)  # [B, T]
-    return masked_whiten(adv, mask), adv + values
+    return masked_whiten(adv, mask) * mask.astype(adv.dtype), adv + values
 
 
 # ------------------------------------------------------------------------------- rewards and masking
