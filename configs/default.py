@@ -17,6 +17,7 @@ import ml_collections
 from rl4llm.data import tasks
 from rl4llm.rewards import length as length_lib
 from rl4llm.rl import registry
+from rl4llm.train import agent_config
 from rl4llm.train import config_validation
 
 
@@ -172,6 +173,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.selection.curriculum_steps = 0  # > 0 (arithmetic): operands and max_value grow to config.task's over these steps
     c.selection.curriculum_start_operands = 2
     c.selection.curriculum_start_max_value = 9
+
+    # Multi-turn agents (rl4llm.train.agent_trainer): env "" = off; an env name runs SFT on its expert episodes
+    # then RL on it (configs/agent_*.py). Fields and defaults: rl4llm.train.agent_config.agent_defaults.
+    c.agent = agent_config.agent_defaults()
 
     # Held-out evaluation: greedy accuracy, and pass@k from `pass_n` samples at the rollout temperature.
     c.eval = ml_collections.ConfigDict()

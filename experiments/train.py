@@ -4,6 +4,8 @@ r"""The main job: SFT warm start then RL on a built-in task, with Orbax checkpoi
     python -m experiments.train --config=configs/default.py --workdir=/tmp/rl4llm/g16 \
         --config.rl.num_generations=16
 
+    python -m experiments.train --config=configs/agent_kg_search.py --workdir=/tmp/rl4llm/kg
+
 Re-running with the same --workdir resumes from the newest readable checkpoint.
 Writes <workdir>/metrics.jsonl, TensorBoard events under <workdir>/tensorboard, and summary.json.
 """
@@ -25,13 +27,16 @@ _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rl4llm/default", "Where checkpoi
 
 def main(argv):
     del argv
-    from rl4llm.train import config_validation, trainer  # after flag parsing: absl logs go to stderr
+    # after flag parsing: absl logs go to stderr
+    from rl4llm.train import agent_config, agent_trainer, config_validation, trainer
 
     try:
         config_validation.validate(flags.FLAGS.config)
     except config_validation.ConfigError as e:
         sys.exit(str(e))
-    trainer.run(flags.FLAGS.config, _WORKDIR.value)
+    config = flags.FLAGS.config
+    # A config whose agent section names an env is a multi-turn agent run (configs/agent_*.py).
+    (agent_trainer.run if agent_config.is_agent_config(config) else trainer.run)(config, _WORKDIR.value)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,203 @@
-"""Multi-turn agent training: SFT warm start on scripted expert trajectories, then RL on environments."""
+"""Multi-turn agent training: SFT warm start on the env's scripted expert trajectories, then RL on the env.
+
+`run(config, workdir)` is what `experiments/train.py` calls when `config.agent.env` names an env
+(`rl4llm.envs.ENVS`). It reuses the main job's stages (`trainer.run_sft`, `trainer.run_rl`: Orbax checkpoints
+and resume, metrics writer, learner step, PPO epochs / minibatches, adaptive controllers) with the agent's
+batches, RL step and evaluation:
+
+* SFT: each example is an episode of the env's scripted expert (with probability `agent.expert_noise` a turn is
+  played by the env's exploration policy instead: it stays in the context, without loss). The sequence is
+  encoded exactly as a rollout encodes it (prompt, then each action's tokens and each observation encoded alone),
+  and the loss is on the expert's action tokens only.
+* RL step (`collect_agent_rollouts` then `trainer.learn_on_rollouts`): `num_prompts` tasks x `num_generations`
+  envs (a group shares task and env seed), batched multi-turn rollouts (`sampling.multi_turn.rollout`), the
+  outcome score `agent.outcome_reward` and per-turn rewards `agent.turn_reward` (weighted sums of the env's
+  components), IGPO's teacher-forced ground-truth log-probs when the estimator needs them, advantages by
+  registry name (`grpo` = trajectory-level; `mt_grpo`, `igpo`, `gtpo`: turn-level, `rl.multi_turn`), and a
+  LearnerBatch whose completion mask is the loss mask over the whole multi-turn context.
+* Evaluation: greedy episodes on the env's held-out tasks: success rate, action validity, tool success.
+"""
+
 from __future__ import annotations
 
-import jax.numpy as jnp
+import dataclasses
+import functools
+import json
+import os
+import time
+import types
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rl4llm import envs as envs_lib
+from rl4llm import sampling
+from rl4llm.envs import base as env_base
+from rl4llm.rewards import combine as combine_lib
+from rl4llm.rl import registry
 from rl4llm.sampling import multi_turn
+from rl4llm.train import config_validation
 from rl4llm.train import learner as learner_lib
+from rl4llm.train import logprobs as logprobs_lib
+from rl4llm.train import metrics as metrics_lib
+from rl4llm.train import trainer
+
+# ------------------------------------------------------------------------------------------ setup
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSetup:
+    """What the agent stages share, built once from the config (`model_cfg` as in `trainer.Setup`)."""
+
+    source: env_base.TaskSource
+    explore: env_base.Policy
+    tokenizer: object
+    model_cfg: object
+    rollout_cfg: sampling.SamplingConfig
+    greedy_cfg: sampling.SamplingConfig
+    mt_cfg: multi_turn.MultiTurnConfig
+    eval_tasks: tuple
+    turn_weights: tuple  # ((component index, weight), ...) into mt_cfg.turn_components
+    outcome_weights: tuple  # ((component index, weight), ...) into mt_cfg.outcome_components
+    logprob_fn: object  # jitted (params, tokens [N, L], attention [N, L], completion_len) -> (logp, entropy)
+    selector: None = None  # agent tasks are drawn uniformly (trainer.Setup's prompt selector: none)
+
+
+def _weights(spec: str, names: tuple[str, ...]) -> tuple:
+    return tuple((names.index(name), w) for name, w in combine_lib.parse_weights(spec).items())
+
+
+def build_agent_setup(config, workdir: str) -> AgentSetup:
+    """Env task source, tokenizer (trained on expert transcripts, cached in the workdir), model and sampler configs."""
+    agent = config.agent
+    entry = envs_lib.ENVS[agent.env]
+    env_cfg = envs_lib.build_config(agent.env, agent[agent.env], config.seed)
+    source = entry.source(env_cfg)
+    tokenizer = trainer.model_tokenizer(config, workdir, types.SimpleNamespace(name=agent.env, source=source))
+    model_cfg = trainer.model_config(config, tokenizer.vocab_size)
+    rollout_cfg = sampling.SamplingConfig(
+        max_new_tokens=agent.max_action_tokens, temperature=config.sampling.temperature,
+        top_k=config.sampling.top_k, top_p=config.sampling.top_p,
+        stop_token_ids=tokenizer.stop_token_ids, pad_id=tokenizer.pad_id)
+    env = source.env()
+    mt_cfg = multi_turn.MultiTurnConfig(
+        max_turns=env.max_turns, max_context=agent.max_context, max_obs_tokens=agent.max_obs_tokens,
+        obs_bucket=agent.obs_bucket, record_bucket=agent.record_bucket,
+        turn_components=tuple(env.turn_reward_keys), outcome_components=tuple(env.outcome_keys))
+    logprob_fn = jax.jit(
+        functools.partial(logprobs_lib.completion_logprobs, model_cfg, temperature=config.sampling.temperature or 1.0,
+                          chunk_size=config.rl.logprob_chunk_size),
+        static_argnames=("completion_len",))
+    return AgentSetup(
+        source=source, explore=entry.explore(env_cfg), tokenizer=tokenizer, model_cfg=model_cfg,
+        rollout_cfg=rollout_cfg, greedy_cfg=dataclasses.replace(rollout_cfg, temperature=0.0, top_k=0, top_p=1.0),
+        mt_cfg=mt_cfg, eval_tasks=tuple(source.test_tasks(agent.eval_tasks)),
+        turn_weights=_weights(agent.turn_reward, mt_cfg.turn_components),
+        outcome_weights=_weights(agent.outcome_reward, mt_cfg.outcome_components), logprob_fn=logprob_fn)
+
+
+# ------------------------------------------------------------------------------------------ SFT
+
+
+def encode_episode(tokenizer, task: env_base.TaskSpec, turns, trained: list[bool], max_obs_tokens: int
+                   ) -> tuple[list[int], list[bool]]:
+    """An episode's tokens as a rollout writes them (prompt; each action; each observation but the last, encoded
+    alone and middle-truncated) and its loss mask: True on the tokens of the actions with `trained[k]`."""
+    ids, loss = list(tokenizer.encode_prompt(task.prompt)), [False]
+    loss *= len(ids)
+    for k, (action, obs) in enumerate(turns):
+        action_ids = tokenizer.encode(action)
+        ids += action_ids
+        loss += [trained[k]] * len(action_ids)
+        if k + 1 < len(turns):
+            obs_ids = multi_turn.truncate_middle(tokenizer.encode(obs), max_obs_tokens)
+            ids += obs_ids
+            loss += [False] * len(obs_ids)
+    return ids, loss
+
+
+def expert_episode(setup: AgentSetup, task: env_base.TaskSpec, noise: float, rng: np.random.Generator):
+    """One episode of the noisy expert: (turns, trained) where trained[k] says turn k was the expert's."""
+    trained: list[bool] = []
+
+    def policy(task, turns, rng):
+        explore = rng.random() < noise
+        trained.append(not explore)
+        return (setup.explore if explore else setup.source.expert)(task, turns, rng)
+
+    turns = env_base.play(setup.source.env(), task, 0, policy, rng)
+    return turns, trained
+
+
+def sft_batch(config, setup: AgentSetup, step: int):
+    """Tokens [N, L], attention mask [N, L] and loss mask [N, L-1] (completion = every token after the first) of
+    SFT step `step`: `sft.batch_size` expert episodes of the step's training tasks (a pure function of step)."""
+    rng = np.random.default_rng([config.seed, step])
+    rows = []
+    for task in setup.source.train_tasks(step, config.sft.batch_size):
+        turns, trained = expert_episode(setup, task, config.agent.expert_noise, rng)
+        rows.append(encode_episode(setup.tokenizer, task, turns, trained, setup.mt_cfg.max_obs_tokens))
+    width = sampling.bucket_length(max(len(ids) for ids, _ in rows), setup.mt_cfg.record_bucket)
+    tokens = np.full((len(rows), width), setup.tokenizer.pad_id, np.int32)
+    attention = np.zeros((len(rows), width), np.int32)
+    loss = np.zeros((len(rows), width), np.float32)
+    for i, (ids, mask) in enumerate(rows):
+        tokens[i, :len(ids)], attention[i, :len(ids)], loss[i, :len(ids)] = ids, 1, mask
+    return jnp.asarray(tokens), jnp.asarray(attention), jnp.asarray(loss[:, 1:])
+
+
+# ------------------------------------------------------------------------------------------- rollouts
+
+
+def run_episodes(setup: AgentSetup, params, tasks, group_size: int, env_seed: int, key,
+                 sampling_cfg: sampling.SamplingConfig) -> multi_turn.Trajectories:
+    """`group_size` envs per task (a group shares the task and the env seed), rolled out together."""
+    envs, prompts = [], []
+    for g, task in enumerate(tasks):
+        for _ in range(group_size):
+            env = setup.source.env()
+            prompts.append(env.reset(task, env_seed + g)[0])
+            envs.append(env)
+    group_ids = np.repeat(np.arange(len(tasks)), group_size)
+    return multi_turn.rollout(setup.model_cfg, params, setup.tokenizer, envs, prompts, group_ids, key, sampling_cfg,
+                              setup.mt_cfg)
+
+
+def weighted(values: np.ndarray, weights: tuple) -> np.ndarray:
+    """Σ_j w_j values[..., j] over the configured (component index, weight) pairs: [..., C] -> [...]."""
+    return sum((w * values[..., j] for j, w in weights), np.zeros(values.shape[:-1], np.float32))
+
+
+def ground_truth_logprobs(setup: AgentSetup, params, traj: multi_turn.Trajectories, answers: list[str],
+                          template: str) -> jax.Array:
+    """IGPO's teacher-forced ℓ[B, K+1]: ℓ[b, k] = mean_j log π(a*_j | context before turn k, template prefix) over
+    the tokens of the ground-truth answer a* (`template.format(a*)`: the answer's action, e.g. <answer>a*</answer>),
+    for the turns the trajectory has (k < K_b); 0 elsewhere (IGPO does not read them). One batched forward pass,
+    no gradient (Wang et al. 2025, "Information Gain-based Policy Optimization")."""
+    tokens, turn_start, turn_valid = jax.device_get((traj.tokens, traj.turn_start, traj.turn_valid))
+    prefix_text, suffix_text = template.split("{}")
+    prefix, suffix = setup.tokenizer.encode(prefix_text), setup.tokenizer.encode(suffix_text)
+    rows, spans, where = [], [], []
+    for b, k in zip(*np.nonzero(turn_valid)):
+        answer = setup.tokenizer.encode(answers[b])
+        context = tokens[b, :turn_start[b, k]].tolist() + prefix
+        rows.append(context + answer + suffix)
+        spans.append((len(context), len(context) + len(answer)))
+        where.append((b, k))
+    width = sampling.bucket_length(max(map(len, rows)), setup.mt_cfg.record_bucket)
+    batch = np.full((len(rows), width), setup.tokenizer.pad_id, np.int32)
+    attention = np.zeros((len(rows), width), np.int32)
+    answer_mask = np.zeros((len(rows), width - 1), np.float32)  # completion positions (token index - 1)
+    for i, (row, (lo, hi)) in enumerate(zip(rows, spans)):
+        batch[i, :len(row)], attention[i, :len(row)] = row, 1
+        answer_mask[i, lo - 1:hi - 1] = 1.0
+    logp, _ = setup.logprob_fn(params, jnp.asarray(batch), jnp.asarray(attention), completion_len=width - 1)
+    mean = np.asarray(jnp.sum(logp * answer_mask, -1) / np.maximum(answer_mask.sum(-1), 1.0))
+    out = np.zeros((turn_valid.shape[0], turn_valid.shape[1] + 1), np.float32)
+    for (b, k), value in zip(where, mean):
+        out[b, k] = value
+    return jnp.asarray(out)
 
 
 def learner_batch(traj: multi_turn.Trajectories, advantages, old_logp) -> learner_lib.LearnerBatch:
@@ -23,3 +216,145 @@ def learner_batch(traj: multi_turn.Trajectories, advantages, old_logp) -> learne
         old_logp=jnp.asarray(old_logp)[:, 1:],
         sampler_logp=traj.behaviour_logp[:, 1:],
     )
+
+
+def episode_arrays(traj: multi_turn.Trajectories) -> dict:
+    """The per-episode host arrays of a record that its metrics read (no token axis, so batches concatenate)."""
+    t = jax.device_get(traj)
+    names, outcome_names = t.turn_reward_names, t.outcome_names
+    out = {"success": t.outcome[:, outcome_names.index("correct")], "turn_valid": t.turn_valid,
+           "num_turns": t.num_turns, "over_turn": t.over_turn, "truncated": t.truncated,
+           "policy_tokens": t.loss_mask.sum(-1), "valid_action": t.turn_reward[..., names.index("valid_action")]}
+    if "tool_success" in names:
+        out["tool_success"] = t.turn_reward[..., names.index("tool_success")]
+    if "format_ok" in outcome_names:
+        out["format_ok"] = t.outcome[:, outcome_names.index("format_ok")]
+    return out
+
+
+def episode_metrics(arrays: dict) -> dict:
+    """Metrics of a batch of episodes (`episode_arrays`): success rate (outcome "correct"), action validity per
+    turn, tool success per tool call (the turns followed by another turn: search-style envs call a tool on every
+    turn but the final answer), mean turns, over-turn / truncated fractions, policy tokens per episode."""
+    valid = arrays["turn_valid"]
+    metrics = {
+        "success": float(arrays["success"].mean()),
+        "num_turns": float(arrays["num_turns"].mean()),
+        "over_turn_frac": float(arrays["over_turn"].mean()),
+        "truncated_frac": float(arrays["truncated"].mean()),
+        "response_length": float(arrays["policy_tokens"].mean()),
+        "valid_action": float((arrays["valid_action"] * valid).sum() / max(valid.sum(), 1)),
+    }
+    if "tool_success" in arrays:
+        calls = valid & (np.arange(valid.shape[1]) < arrays["num_turns"][:, None] - 1)
+        metrics["tool_success"] = float((arrays["tool_success"] * calls).sum() / max(calls.sum(), 1))
+    if "format_ok" in arrays:
+        metrics["format_ok"] = float(arrays["format_ok"].mean())
+    return metrics
+
+
+def collect_agent_rollouts(config, setup: AgentSetup, programs: trainer.RLPrograms, state, step: int
+                           ) -> trainer.RolloutBatch:
+    """The learner's inputs of agent RL step `step` (a pure function of the state and step; reads the state)."""
+    rl = config.rl
+    step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
+    t0 = time.time()
+    tasks = setup.source.train_tasks(trainer.RL_DATA_OFFSET + step, rl.num_prompts)
+    traj = run_episodes(setup, state.params, tasks, rl.num_generations, step * rl.num_prompts, step_key,
+                        setup.rollout_cfg)
+    host = jax.device_get(traj)
+    scores = weighted(host.outcome, setup.outcome_weights)  # [B]
+    turn_rewards = weighted(host.turn_reward, setup.turn_weights) * host.turn_valid  # [B, K]
+    inputs = dict(turn_rewards=jnp.asarray(turn_rewards), turn_id=traj.turn_id, turn_end=traj.turn_end,
+                  turn_valid=traj.turn_valid)
+    if "gt_logprobs" in registry.advantage_inputs(rl.advantage):
+        answers = [task.answer for task in tasks for _ in range(rl.num_generations)]
+        inputs["gt_logprobs"] = ground_truth_logprobs(setup, state.params, traj, answers, config.agent.answer_template)
+    t_gen = time.time() - t0
+    mask = traj.loss_mask.astype(jnp.float32)
+    advantages, _ = trainer._advantages(
+        jnp.asarray(scores), traj.group_ids, mask, name=rl.advantage, num_groups=rl.num_prompts,
+        kwargs=tuple(sorted(trainer.advantage_kwargs(config).items())),
+        **{k: v for k, v in inputs.items() if k in registry.advantage_inputs(rl.advantage)})
+    old_logp = traj.behaviour_logp
+    if trainer.several_updates_per_step(config):  # PPO "old" log-probs of the rollout policy, by the learner
+        logp, _ = setup.logprob_fn(state.params, traj.tokens, traj.attention_mask, completion_len=traj.tokens.shape[1] - 1)
+        old_logp = jnp.pad(logp, ((0, 0), (1, 0)))
+    grouped = scores.reshape(rl.num_prompts, rl.num_generations)
+    host_metrics = {
+        **episode_metrics(episode_arrays(host)),
+        "reward": float(scores.mean()),
+        "reward_std": float(scores.std()),
+        "generated_tokens": float(host.loss_mask.sum()),
+        "turn_reward": float(turn_rewards.sum() / max(host.turn_valid.sum(), 1)),
+        "solve_none_frac": float(np.mean(grouped.max(-1) <= 0)),
+        "solve_all_frac": float(np.mean(grouped.min(-1) >= 1)),
+    }
+    return trainer.RolloutBatch(step=step, params_version=step, batch=learner_batch(traj, advantages, old_logp),
+                                critic_batch=None, prm_batch=None, current_kl=None, host_metrics=host_metrics,
+                                t_gen=t_gen)
+
+
+def agent_rl_step(config, setup: AgentSetup, programs: trainer.RLPrograms, state, step: int):
+    """One synchronous agent RL step: `collect_agent_rollouts`, then the main job's `learn_on_rollouts`."""
+    t0 = time.time()
+    rollouts = collect_agent_rollouts(config, setup, programs, state, step)
+    t1 = time.time()
+    state, metrics = trainer.learn_on_rollouts(config, programs, state, rollouts, step)
+    t_step = time.time() - t0
+    metrics.update(trainer._step_timing(rollouts, t_step - (t1 - t0), t_step))
+    return state, metrics
+
+
+def evaluate(setup: AgentSetup, params, key, batch_size: int) -> dict:
+    """Greedy episodes of the held-out tasks, `batch_size` envs per rollout (the last batch padded with repeats,
+    so one compiled shape): eval/success, eval/valid_action, eval/tool_success, eval/num_turns, ... and
+    eval/greedy_accuracy (= success, the main job's headline key)."""
+    tasks = list(setup.eval_tasks)
+    arrays = []
+    for start in range(0, len(tasks), batch_size):
+        chunk = tasks[start:start + batch_size]
+        padded = chunk + [chunk[-1]] * (batch_size - len(chunk))
+        traj = run_episodes(setup, params, padded, 1, 0, key, setup.greedy_cfg)
+        arrays.append({k: v[:len(chunk)] for k, v in episode_arrays(traj).items()})
+    metrics = episode_metrics({k: np.concatenate([a[k] for a in arrays]) for k in arrays[0]})
+    out = {f"eval/{k}": v for k, v in metrics.items()}
+    out["eval/greedy_accuracy"] = out["eval/success"]
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the job
+
+
+def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
+    """Runs (or resumes) the agent job in `workdir`: SFT warm start, RL, summary.json (as `trainer.run`)."""
+    config_validation.validate(config)
+    t0 = time.time()
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+        f.write(config.to_json_best_effort(indent=2))
+    setup = build_agent_setup(config, workdir)
+    key = jax.random.key(config.seed)
+    writer = metrics_lib.MetricsWriter(workdir)
+    eval_fn = functools.partial(evaluate, batch_size=config.rl.num_prompts * config.rl.num_generations)
+    print(f"agent env {config.agent.env}: model {setup.model_cfg}; devices: {jax.devices()}", flush=True)
+    sft_params, sft_eval = trainer.run_sft(config, setup, key, writer, workdir, batch_fn=sft_batch,
+                                           evaluate_fn=eval_fn)
+    _, rl_eval, rl_steps = trainer.run_rl(config, setup, sft_params, key, writer, workdir,
+                                          stop_after_step=stop_after_rl_step, step_fn=agent_rl_step,
+                                          evaluate_fn=eval_fn)
+    writer.close()
+    rl_eval = rl_eval or sft_eval
+    summary = {
+        "sft_eval": sft_eval, "rl_eval": rl_eval, "rl_steps": rl_steps, "wall_seconds": time.time() - t0,
+        "sft_success": sft_eval["eval/success"], "rl_success": rl_eval["eval/success"],
+        "devices": f"{jax.devices()[0].platform} x{jax.device_count()}",
+    }
+    with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+    rows = [f"{'':12s}{'success':>10s}{'valid':>10s}{'tool_ok':>10s}{'turns':>8s}"]
+    for name, ev in (("warm start", sft_eval), ("after RL", rl_eval)):
+        rows.append(f"{name:12s}{ev['eval/success']:>10.3f}{ev['eval/valid_action']:>10.3f}"
+                    f"{ev.get('eval/tool_success', float('nan')):>10.3f}{ev['eval/num_turns']:>8.2f}")
+    print(f"done in {summary['wall_seconds']:.0f} s; summary in {workdir}/summary.json\n" + "\n".join(rows), flush=True)
+    return summary

@@ -29,6 +29,7 @@ from rl4llm.rewards import pipeline as pipeline_lib
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import registry
+from rl4llm.train import agent_config
 from rl4llm.train import learner
 
 # Standard inputs the training loop passes to advantage estimators (baseline_scores: ReMax's greedy rollout;
@@ -186,6 +187,10 @@ def _abstract_inputs(names) -> dict:
     inputs = {k: jax.ShapeDtypeStruct(shape, jnp.float32) for k, shape in arrays.items() if k in names}
     if "group_ids" in names:
         inputs["group_ids"] = jax.ShapeDtypeStruct((n,), jnp.int32)
+    k = 2  # multi-turn layout (agent runs): K = 2 turns
+    turn_arrays = {"turn_rewards": ((n, k), jnp.float32), "gt_logprobs": ((n, k + 1), jnp.float32),
+                   "turn_id": ((n, t), jnp.int32), "turn_end": ((n, k), jnp.int32), "turn_valid": ((n, k), jnp.bool_)}
+    inputs.update({name: jax.ShapeDtypeStruct(*spec) for name, spec in turn_arrays.items() if name in names})
     return inputs
 
 
@@ -206,17 +211,21 @@ def _method_errors(config) -> list[str]:
     rl = config.rl
     _check_choice(errors, config, "rl.advantage", registry.ADVANTAGES)
     _check_choice(errors, config, "rl.loss", registry.POLICY_LOSSES)
+    # The agent loop (train.agent_trainer) also provides the multi-turn layout.
+    provided = PROVIDED_ADVANTAGE_INPUTS + (
+        agent_config.AGENT_ADVANTAGE_INPUTS if agent_config.is_agent_config(config) else ()
+    )
     if rl.advantage in registry.ADVANTAGES:
         fn = _unwrap(registry.ADVANTAGES[rl.advantage])
         before = len(errors)
         _check_kwargs(errors, "rl.advantage_kwargs", fn, set_kwargs(rl.advantage_kwargs), registry.ADVANTAGE_INPUTS)
         _check_inputs_provided(
-            errors, "rl.advantage", rl.advantage, fn, registry.ADVANTAGE_INPUTS, PROVIDED_ADVANTAGE_INPUTS
+            errors, "rl.advantage", rl.advantage, fn, registry.ADVANTAGE_INPUTS, provided
         )
         if len(errors) == before:
             static = {"num_groups": 2, **set_kwargs(rl.advantage_kwargs)}
             adapter = registry.get_advantage(rl.advantage)
-            _check_values(errors, "rl.advantage_kwargs", adapter, _abstract_inputs(PROVIDED_ADVANTAGE_INPUTS), static)
+            _check_values(errors, "rl.advantage_kwargs", adapter, _abstract_inputs(provided), static)
     if rl.loss in registry.POLICY_LOSSES:
         fn = _unwrap(registry.POLICY_LOSSES[rl.loss])
         before = len(errors)
@@ -560,6 +569,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     errors += _control_errors(config)
     errors += _critic_errors(config)
     errors += _selection_errors(config)
+    if agent_config.is_agent_config(config):
+        errors += agent_config.agent_config_errors(config)
     errors += _mesh_errors(config)
 
     _check_positive_int(errors, config, "eval.num_examples")

@@ -218,8 +218,15 @@ def sft_batch(config, setup: Setup, step: int):
     return tokens, attention_mask, jnp.asarray(completion_mask)
 
 
-def run_sft(config, setup: Setup, key, writer: metrics_lib.MetricsWriter, workdir: str):
-    """Warm-start stage; returns (params, eval metrics of the warm-started policy)."""
+def run_sft(config, setup: Setup, key, writer: metrics_lib.MetricsWriter, workdir: str, *,
+            batch_fn: Callable = None, evaluate_fn: Callable = None):
+    """Warm-start stage; returns (params, eval metrics of the warm-started policy).
+
+    `batch_fn(config, setup, step)` -> (tokens [N, P+T], attention [N, P+T], completion mask [N, T]) and
+    `evaluate_fn(setup, params, key)` -> metrics default to the single-turn task's (`sft_batch`, `_evaluate`); the
+    agent job (`train.agent_trainer`) passes its own.
+    """
+    batch_fn, evaluate_fn = batch_fn or sft_batch, evaluate_fn or _evaluate
     cfg = config.sft
     optimizer = learner_lib.make_optimizer(
         cfg.learning_rate, cfg.warmup_steps, cfg.weight_decay, cfg.grad_clip,
@@ -241,12 +248,12 @@ def run_sft(config, setup: Setup, key, writer: metrics_lib.MetricsWriter, workdi
     step_fn = sft_lib.make_sft_step(setup.model_cfg, optimizer, config.rl.logprob_chunk_size)
     t0 = time.time()
     for step in range(start + 1, cfg.steps + 1):
-        state, step_metrics = step_fn(state, *sft_batch(config, setup, step - 1))
+        state, step_metrics = step_fn(state, *batch_fn(config, setup, step - 1))
         if _should(config.log_every, step, cfg.steps):
             writer.write("sft", step, {**step_metrics, "step_s": (time.time() - t0) / (step - start)})
         if step % config.checkpoint.every == 0 and step < cfg.steps:
             ckpt.save(step, state, {"data_step": step})
-    eval_metrics = _evaluate(setup, state.params, jax.random.fold_in(key, 2))
+    eval_metrics = evaluate_fn(setup, state.params, jax.random.fold_in(key, 2))
     writer.write("sft", cfg.steps, eval_metrics)
     ckpt.save(cfg.steps, state, {"data_step": cfg.steps, "eval": eval_metrics})
     ckpt.close()
@@ -704,8 +711,14 @@ def build_rl_programs(config, setup: Setup, optimizer, critic_optimizer=None, pr
     )
 
 
-def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop_after_step=None):
-    """RL stage; returns (final params, last eval metrics, steps done)."""
+def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop_after_step=None,
+           step_fn: Callable = None, evaluate_fn: Callable = None):
+    """RL stage; returns (final params, last eval metrics, steps done).
+
+    `step_fn(config, setup, programs, state, step)` -> (state, metrics) and `evaluate_fn(setup, params, key)`
+    default to `rl_step` and `_evaluate`; the agent job (`train.agent_trainer`) passes its own.
+    """
+    step_fn, evaluate_fn = step_fn or rl_step, evaluate_fn or _evaluate
     rl = config.rl
     optimizer = learner_lib.make_optimizer(
         rl.learning_rate, rl.warmup_steps, rl.weight_decay, rl.grad_clip,
@@ -731,9 +744,9 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
     programs = build_rl_programs(config, setup, optimizer, critic_optimizer, prm_optimizer)
     end = rl.steps if stop_after_step is None else min(rl.steps, stop_after_step)
     for step in range(start + 1, end + 1):
-        state, step_metrics = rl_step(config, setup, programs, state, step - 1)
+        state, step_metrics = step_fn(config, setup, programs, state, step - 1)
         if _should(config.eval.every, step, rl.steps):
-            last_eval = _evaluate(setup, state.params, jax.random.fold_in(key, 2))
+            last_eval = evaluate_fn(setup, state.params, jax.random.fold_in(key, 2))
             step_metrics.update(last_eval)
         if _should(config.log_every, step, rl.steps) or step % config.eval.every == 0:
             writer.write("rl", step, step_metrics)

@@ -1,0 +1,44 @@
+"""Multi-turn agent: multi-hop question answering over a synthetic knowledge graph with a search tool."""
+
+from configs import default
+
+
+def get_config():
+    """SFT warm start on the scripted searcher's episodes (20% of turns a random search / answer, kept in context
+    without loss), then trajectory-level GRPO on rl4llm.envs.kg_search (8 entities, 3 relations, 1-3 hops, at
+    most 5 turns; success = exact answer).
+
+    Run:
+        python -m experiments.train --config=configs/agent_kg_search.py --workdir=/tmp/rl4llm/kg
+
+    Turn-level credit instead of the trajectory-level baseline (rl4llm.rl.multi_turn):
+        --config.rl.advantage=mt_grpo   MT-GRPO (AAE): turn reward R^T_k = agent.turn_reward ("tool_success:1,
+                                        gold_in_result:1": MT-GRPO's "tool executed" + "answer in the search
+                                        results") on the searches, plus z(R^O) on every turn
+        --config.rl.advantage=igpo      IGPO: information gain of the policy's own teacher-forced probability of
+                                        "<answer>{gold}</answer>" after each turn, jointly normalised with the
+                                        outcome, turn reward-to-go (gamma 1)
+
+    Episode: "Q kavo boss pet\\n<search>kavo</search>=kavo: boss lumi, pal tize, pet sora\\n<search>lumi</search>
+    =lumi: ...\\n<answer>bine</answer>". Model: the arith preset (4 layers, 128 wide) on the env's char tokenizer.
+
+    Result: README, "Multi-turn agents" (the three estimators from one shared warm start).
+    """
+    c = default.get_config()
+    c.agent.env = "kg_search"
+    c.agent.max_action_tokens = 24  # "<search>kavo</search>" is 21 characters
+    c.agent.max_obs_tokens = 48
+    c.agent.max_context = 384
+    c.agent.turn_reward = "tool_success:1,gold_in_result:1"
+    c.agent.answer_template = "<answer>{}</answer>"
+    c.agent.expert_noise = 0.2
+    c.sft.steps = 300
+    c.sft.batch_size = 32
+    c.rl.steps = 60
+    c.rl.num_prompts = 8
+    c.rl.num_generations = 8
+    c.rl.learning_rate = 1e-4
+    c.eval.every = 10
+    c.log_every = 5
+    c.checkpoint.every = 10
+    return c

@@ -1,0 +1,72 @@
+"""The `config.agent` section of a multi-turn agent run (`train.agent_trainer`): defaults and validation.
+
+Kept apart from the agent trainer so configs and `config_validation` import it without the training stack.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from rl4llm import envs as envs_lib
+from rl4llm.rewards import combine as combine_lib
+from rl4llm.rl import registry
+
+# Standard advantage inputs the agent loop provides on top of the single-turn ones (registry.ADVANTAGE_INPUTS).
+AGENT_ADVANTAGE_INPUTS = ("turn_rewards", "turn_id", "turn_end", "turn_valid", "gt_logprobs")
+
+
+def agent_defaults() -> ml_collections.ConfigDict:
+    """The `config.agent` section (env "" = not an agent run). Per-env knobs live in `config.agent.<env>`."""
+    c = ml_collections.ConfigDict()
+    c.env = ""  # rl4llm.envs.ENVS name; "" = the single-turn main job
+    for name in envs_lib.ENVS:
+        c[name] = ml_collections.ConfigDict(envs_lib.section_defaults(name))
+    c.max_action_tokens = 24  # per-turn generation budget (an action stops at the env's closing tag)
+    c.max_obs_tokens = 64  # longer observations keep head and tail
+    c.max_context = 512  # KV-cache slots of a rollout (prompt + every turn, shared-slot holes included)
+    c.obs_bucket = 8
+    c.record_bucket = 32  # learner sequence lengths are multiples of this (few compiled shapes)
+    c.turn_reward = "valid_action:1"  # "component:weight,...": the turn reward R^T_k of turn-level estimators
+    c.outcome_reward = "correct:1"  # "component:weight,...": the trajectory score R^O (env.outcome() keys)
+    c.expert_noise = 0.0  # SFT: probability that a turn is the exploration policy's (kept in context, no loss)
+    c.answer_template = "<answer>{}</answer>"  # IGPO: the teacher-forced ground-truth action ({} = the answer)
+    c.eval_tasks = 64  # held-out tasks of each evaluation (greedy)
+    return c
+
+
+def is_agent_config(config) -> bool:
+    return "agent" in config and bool(config.agent.env)
+
+
+def agent_config_errors(config) -> list[str]:
+    """Errors of the `config.agent` section (config_validation reports them with the rest)."""
+    agent, errors = config.agent, []
+    if agent.env not in envs_lib.ENVS:
+        return [f"config.agent.env={agent.env!r}: unknown env; known: {', '.join(sorted(envs_lib.ENVS))}"]
+    try:
+        env_cfg = envs_lib.build_config(agent.env, agent[agent.env], config.seed)
+    except (TypeError, ValueError) as e:
+        return [f"config.agent.{agent.env}: {e}"]
+    env = envs_lib.ENVS[agent.env].env_cls(env_cfg)
+    for field in ("max_action_tokens", "max_obs_tokens", "max_context", "obs_bucket", "record_bucket", "eval_tasks"):
+        if not isinstance(agent[field], int) or agent[field] < 1:
+            errors.append(f"config.agent.{field}={agent[field]!r}: must be a positive integer")
+    for field, keys in (("turn_reward", env.turn_reward_keys), ("outcome_reward", env.outcome_keys)):
+        try:
+            unknown = set(combine_lib.parse_weights(agent[field])) - set(keys)
+            if unknown:
+                errors.append(f"config.agent.{field}: unknown component(s) {sorted(unknown)} of env {agent.env!r}; "
+                              f"known: {', '.join(keys)}")
+        except ValueError as e:
+            errors.append(f"config.agent.{field}={agent[field]!r}: {e}")
+    if not 0.0 <= agent.expert_noise <= 1.0:
+        errors.append(f"config.agent.expert_noise={agent.expert_noise}: must be in [0, 1]")
+    if agent.answer_template.count("{}") != 1:
+        errors.append(f"config.agent.answer_template={agent.answer_template!r}: must contain one '{{}}'")
+    if "selection" in config and config.selection.method != "uniform":
+        errors.append(f"config.selection.method={config.selection.method!r}: agent runs draw tasks uniformly; "
+                      "set it to 'uniform'")
+    if config.rl.advantage in registry.RETURNS_VALUE_TARGETS or config.rl.advantage == "prime":
+        errors.append(f"config.rl.advantage={config.rl.advantage!r}: critic / PRM estimators are not wired into the "
+                      "agent loop yet; use grpo, mt_grpo, igpo or gtpo")
+    return errors
