@@ -26,7 +26,9 @@ episode goes on (it counts as a turn). Model output never raises; only caller bu
 * ``tool_name`` (str): the tool the action called, ``""`` when it called none (an answer, a move, a parse error);
 * ``tool_success`` (bool): the tool ran and returned a result (False on a tool error / timeout, or no tool call);
 * ``reward_components`` (dict[str, float]): this turn's reward components, keys exactly ``env.turn_reward_keys``
-  (fixed per env and documented in its module); MT-GRPO / G-RA / IGPO combine them, the env does not;
+  (fixed per env and documented in its module; the first is always ``valid_action``, 1.0 iff the action was
+  valid, and where present ``tool_success`` mirrors the flag above); MT-GRPO / G-RA / IGPO combine them, the env
+  does not;
 * ``truncated`` (bool): the episode ended because it reached ``max_turns`` without finishing;
 * ``turn`` (int): the index of the turn just taken (0-based).
 
@@ -36,7 +38,8 @@ so an episode's rewards sum to ``outcome()['correct']``. ``outcome()`` has exact
 turn's action was valid; DeepDive's strict reward is ``correct * format_ok``).
 
 ``privileged_info()`` is the ground-truth answer text (IGPO teacher-forces it; asymmetric critics read it). It is
-never part of an observation.
+never in the prompt; observations reveal it only as the task's own feedback does (kg_search's last search result
+names the answer entity).
 
 Determinism: an episode is a pure function of ``(task, seed, actions)``. ``task`` (:class:`TaskSpec`) is one
 problem instance, drawn by the env's task source from a seed; ``seed`` drives the env's own randomness during the
@@ -66,9 +69,9 @@ _ACTION = re.compile(r"<([a-z_]+)>([^<>]*)</([a-z_]+)>")
 class TaskSpec:
     """One problem instance of env ``env``.
 
-    ``prompt`` is the initial observation (the task statement, ending in ``"\\n"``) and the key of the
-    train / held-out split; ``answer`` the ground-truth answer text (what ``privileged_info()`` returns);
-    ``data`` the instance's details (JSON-able; read-only by convention), which ``reset`` reads.
+    ``prompt`` is the initial observation (the task statement, ending in ``"\\n"``); ``answer`` the ground-truth
+    answer text (what ``privileged_info()`` returns); ``data`` the instance's details (JSON-able; read-only by
+    convention), which ``reset`` reads. The train / held-out split goes by prompt and answer (:func:`split_key`).
     """
 
     env: str
