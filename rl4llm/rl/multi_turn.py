@@ -288,6 +288,7 @@ def igpo(
     (and resets the return at observation tokens); we discount per turn, as the paper's formula.
     """
     require("norm_mode", norm_mode, norm_mode in ("joint", "separate"), "must be 'joint' or 'separate'")
+    require("gamma", gamma, 0 <= gamma <= 1, "must lie in [0, 1]")
     _check_layout(mask, turn_id, turn_valid)
     rewards, is_gain = igpo_turn_rewards(scores, gt_logprobs, turn_valid, gain_type=gain_type, outcome_coef=outcome_coef)
     valid = turn_valid.astype(bool)
@@ -320,6 +321,7 @@ def gtpo(
     With γ = 1 and only an outcome reward, every turn index that the whole group reaches gets the GRPO
     advantage. The paper's similarity-based shaping of failed trajectories is a reward, not part of this.
     """
+    require("gamma", gamma, 0 <= gamma <= 1, "must lie in [0, 1]")
     _check_layout(mask, turn_id, turn_valid, turn_rewards=turn_rewards)
     valid = turn_valid.astype(bool)
     rewards = turn_rewards + jnp.where(last_turn(valid), jnp.asarray(scores, jnp.float32)[:, None], 0.0)
@@ -357,6 +359,8 @@ def bilevel_gae(
     turn ends come from `turn_end`, not from non-zero reward positions (a turn with reward exactly 0
     disappears there). With one turn this is `advantages.gae` with the reward on the last token.
     """
+    for name, x in (("gamma", gamma), ("lam", lam), ("turn_gamma", turn_gamma)):
+        require(name, x, 0 <= x <= 1, "must lie in [0, 1]")
     _check_layout(mask, turn_id, turn_valid, turn_rewards=turn_rewards, turn_end=turn_end)
     if values.shape != mask.shape:
         raise ValueError(f"values must have the shape of mask {mask.shape}, got {values.shape}")
@@ -561,6 +565,7 @@ def arpo_branch_counts(
     the budget, here the first successes in order fill it.
     """
     require("beam_size", beam_size, isinstance(beam_size, int) and beam_size >= 2, "must be an int >= 2")
+    require("branch_probability", branch_probability, 0 <= branch_probability <= 1, "must lie in [0, 1]")
     b = entropy_now.shape[0]
     if remaining.ndim != 1:
         raise ValueError(f"remaining must be [num_groups], got {remaining.shape}")

@@ -101,6 +101,9 @@ def test_layout_shape_errors_name_the_field():
     with pytest.raises(ValueError, match="mode='bad'"):
         eager_multi_turn.mt_grpo(jnp.ones(1), jnp.zeros(1, int), mask, jnp.zeros((1, 2)), turn_id, valid,
                                  num_groups=1, mode="bad")
+    with pytest.raises(ValueError, match="turn_gamma=1.5"):
+        eager_multi_turn.bilevel_gae(jnp.ones(1), mask, jnp.zeros((1, 5)), jnp.zeros((1, 2)), turn_id,
+                                     jnp.zeros((1, 2), int), valid, turn_gamma=1.5)
 
 
 # --------------------------------------------------------------------------------------------- MT-GRPO
