@@ -20,14 +20,14 @@ from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.train import learner
 
 # Every sharded dimension divides by 8: heads = kv_heads = 8, mlp 64, vocab 64, width 32.
-MODEL = models.ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=8, num_kv_heads=8, head_dim=4,
+MODEL = models.ModelConfig(vocab_size=64, hidden_size=32, num_layers=1, num_heads=8, num_kv_heads=8, head_dim=4,
                            intermediate_size=64, remat="none", attention_query_chunk=0)
 N, P_LEN, T = 16, 6, 6
 # Plain SGD with learning rate 1: params - updated params = gradients, so the update exposes them.
 OPTIMIZER = optax.sgd(1.0)
 CFG = learner.LearnerConfig(loss="ppo_clip", loss_kwargs=(), agg_mode="seq-mean-token-mean", kl_coef=0.04,
-                            kl_kind="k3", entropy_coef=0.01, temperature=1.0, micro_batch_size=N // 2,
-                            logprob_chunk_size=4, use_old_logp=True)
+                            kl_kind="k3", entropy_coef=0.0, temperature=1.0, micro_batch_size=0,
+                            logprob_chunk_size=T, use_old_logp=True)
 SAMPLING = sampling.SamplingConfig(max_new_tokens=T, temperature=1.0, pad_id=0)
 
 
@@ -91,7 +91,7 @@ def main():
                      jax.device_get(ref_state.params))
         # The update keeps the rules' layout: FSDP over the width, tensor parallelism over heads / mlp / vocab.
         q = new_state.params["layers"][0]["attn"]["q_proj"]["kernel"]  # [embed, heads, head_dim]
-        down = new_state.params["layers"][1]["mlp"]["down_proj"]["kernel"]  # [mlp, embed]
+        down = new_state.params["layers"][0]["mlp"]["down_proj"]["kernel"]  # [mlp, embed]
         fsdp = "fsdp" if shape[1] > 1 else None
         tensor = "tensor" if shape[2] > 1 else None
         assert q.sharding.spec == P(fsdp, tensor, None), (shape, q.sharding)

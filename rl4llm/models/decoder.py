@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rl4llm.models import sharding
 from rl4llm.models.config import Llama3RopeScaling, ModelConfig
 
 Params = dict[str, Any]
@@ -301,8 +302,8 @@ _REMAT_POLICIES = {"full": jax.checkpoint_policies.nothing_saveable,
 
 def _block_without_cache(layer: DecoderLayer, x: jax.Array, cos: jax.Array, sin: jax.Array,
                          mask: jax.Array) -> jax.Array:
-    """One decoder block of a cache-free forward: x [B, L, E] -> [B, L, E]."""
-    return layer(x, cos, sin, mask, None, None)[0]
+    """One decoder block of a cache-free forward: x [B, L, E] -> [B, L, E] (rows kept batch-sharded under a mesh)."""
+    return sharding.constrain_rows(layer(x, cos, sin, mask, None, None)[0])
 
 
 def _run_blocks(layers: nnx.List, remat: str, x: jax.Array, cos: jax.Array, sin: jax.Array,
@@ -363,7 +364,7 @@ class Decoder(nnx.Module):
         """tokens, positions, attention_mask: [B, L]. Returns hidden [B, L, E] (after the final norm)."""
         cfg = self.cfg
         attention_mask = attention_mask.astype(bool)
-        x = jnp.take(self.embed[...], tokens, axis=0).astype(cfg.dtype)  # [B, L, E]
+        x = sharding.constrain_rows(jnp.take(self.embed[...], tokens, axis=0).astype(cfg.dtype))  # [B, L, E]
         cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
         length = tokens.shape[1]
         if cache is None:

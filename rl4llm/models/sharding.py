@@ -15,10 +15,11 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rl4llm.models.config import ModelConfig
-from rl4llm.models.decoder import init_params, param_logical_axes
 
-# FSDP over the model width, tensor parallelism over heads / MLP / vocabulary (Megatron layout).
-DEFAULT_RULES: Mapping[str, str | None] = {
+# FSDP over the model width, tensor parallelism over heads / MLP / vocabulary (Megatron layout); the rows of
+# batches and activations over the data-parallel axes.
+DEFAULT_RULES: Mapping[str, str | tuple[str, ...] | None] = {
+    "batch": ("data", "fsdp"),
     "vocab": "tensor",
     "embed": "fsdp",
     "mlp": "tensor",
@@ -54,6 +55,8 @@ def partition_spec(
 
 def param_shardings(cfg: ModelConfig, mesh: Mesh, rules: Mapping[str, str | None] = DEFAULT_RULES) -> Any:
     """NamedSharding of every param (same tree as `init_params(cfg, key)`)."""
+    from rl4llm.models.decoder import init_params, param_logical_axes  # the decoder imports this module
+
     shapes = jax.eval_shape(init_params, cfg, jax.random.key(0))
     axes = param_logical_axes(cfg)
     return jax.tree.map(
@@ -62,3 +65,15 @@ def param_shardings(cfg: ModelConfig, mesh: Mesh, rules: Mapping[str, str | None
         shapes,
         is_leaf=lambda x: isinstance(x, tuple),
     )
+
+
+def constrain_rows(x: jax.Array) -> jax.Array:
+    """`x` [B, ...] with its rows split over the `batch` rule's axes of the mesh in context (`jax.set_mesh`), the
+    other axes replicated, so activations stay batch-sharded and FSDP gathers weights instead (without it the
+    compiler may split the residual stream's width like the weights' and reshuffle it around every layer).
+    Unchanged outside a mesh context."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return x
+    spec = partition_spec(("batch",) + (None,) * (x.ndim - 1), x.shape, mesh, DEFAULT_RULES)
+    return jax.lax.with_sharding_constraint(x, spec)

@@ -68,12 +68,17 @@ class Layout:
         prompt_mask [N, P] host or device arrays, `key` a PRNG key. The Rollout comes back replicated."""
         program = self._generate_programs.get(sampling_cfg)
         if program is None:
-            program = jax.jit(
-                functools.partial(sampling.generate, self.model_cfg, sampling_cfg=sampling_cfg),
-                out_shardings=rules_lib.replicated(self.meshes.sampler),
-            )
+            mesh = self.meshes.sampler
+
+            def generate(params, prompt_tokens, prompt_mask, key):
+                with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):  # activations' row constraints
+                    return sampling.generate(self.model_cfg, params, prompt_tokens, prompt_mask, key, sampling_cfg)
+
+            program = jax.jit(generate, out_shardings=rules_lib.replicated(mesh))
             self._generate_programs[sampling_cfg] = program
-        prompts = rules_lib.place((prompt_tokens, prompt_mask), self.sampler_batch)
+        rows = self.sampler_batch if prompt_tokens.shape[0] % self.sampler_batch.num_devices == 0 else None
+        rows = rows or rules_lib.replicated(self.meshes.sampler)  # e.g. ReMax's B greedy prompts on many devices
+        prompts = rules_lib.place((prompt_tokens, prompt_mask), rows)
         key = rules_lib.place(key, rules_lib.replicated(self.meshes.sampler))
         return program(self.sampler_params(params), *prompts, key)
 

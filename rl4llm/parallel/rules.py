@@ -32,8 +32,7 @@ from rl4llm.models import value_head
 Rules = Mapping[str, "str | tuple[str, ...] | None"]
 
 BATCH_AXIS = "batch"
-# The params' rules (models.sharding.DEFAULT_RULES) plus the batch rule.
-RULES: Rules = {**sharding_lib.DEFAULT_RULES, BATCH_AXIS: ("data", "fsdp")}
+RULES: Rules = sharding_lib.DEFAULT_RULES
 
 
 def logical_axis_rules(shard_params_over_data: bool = False) -> dict:

@@ -44,6 +44,9 @@ class TrainState(flax.struct.PyTreeNode):
     entropy_coef: Any = None
     critic: Any = None  # train.critic.CriticState of PPO's value model (rl.advantage="gae"); None otherwise
     prm: Any = None  # train.prime.PRMState of PRIME's implicit PRM (rl.advantage="prime"); None otherwise
+    # rl4llm.data.selection.SelectionState (host numpy: per-prompt statistics, replay buffer) under
+    # config.selection's per-prompt methods; None otherwise. Checkpointed; never an input of the jitted step.
+    selection: Any = None
 
 
 class LearnerBatch(flax.struct.PyTreeNode):
@@ -341,15 +344,16 @@ def make_learner_step(model_cfg, cfg: LearnerConfig, optimizer, layout=None, sta
     """The jitted learner step; the state argument is donated.
 
     With a `parallel.Layout` (and the `state` whose layout it fixes), the updated state keeps the learner mesh's
-    state shardings (so the donated buffers are reused), the batch's rows are constrained to the learner's
-    batch sharding, and the metrics come back replicated (readable by every process).
+    state shardings (so the donated buffers are reused), the rows of the batch and of the decoder's activations
+    are constrained to the learner's batch axes, and the metrics come back replicated (readable by every process).
     """
     step = functools.partial(learner_step, model_cfg, cfg, optimizer)
     if layout is None:
         return jax.jit(step, donate_argnums=0)
 
     def sharded_step(state, batch, key, *args):
-        return step(state, rules.constrain_batch(batch, layout.learner_batch), key, *args)
+        with jax.sharding.use_abstract_mesh(layout.meshes.learner.abstract_mesh):  # activations' row constraints
+            return step(state, rules.constrain_batch(batch, layout.learner_batch), key, *args)
 
     out_shardings = (layout.state_shardings(state), rules.replicated(layout.meshes.learner))
     return jax.jit(sharded_step, donate_argnums=0, out_shardings=out_shardings)
