@@ -2,6 +2,8 @@
 import setuptools
 
 HF_REQUIREMENTS = ["safetensors>=0.4", "tokenizers>=0.21", "jinja2>=3.1"]
+# What executing the notebooks needs (a kernel, nbclient, matplotlib): the test suite runs them end to end.
+NOTEBOOK_REQUIREMENTS = ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "matplotlib>=3.8"]
 
 setuptools.setup(
     name="rl4llm",
@@ -33,7 +35,8 @@ setuptools.setup(
         # The tests also check logit/tokenizer parity against transformers on CPU torch; torch==2.13.0 resolves to
         # the local CPU wheel (2.13.0+cpu) where one is on pip's find-links, as on the project's machines.
         "test": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6", "torch==2.13.0", "transformers>=5.0,<6"]
-        + HF_REQUIREMENTS,
-        "notebooks": ["jupyter", "nbclient", "nbformat", "ipykernel", "matplotlib"],
+        + HF_REQUIREMENTS
+        + NOTEBOOK_REQUIREMENTS,
+        "notebooks": ["jupyter"] + NOTEBOOK_REQUIREMENTS,
     },
 )
