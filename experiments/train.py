@@ -7,6 +7,8 @@ r"""The main job: SFT warm start then RL on a built-in task, with Orbax checkpoi
     python -m experiments.train --config=configs/agent_kg_search.py --workdir=/tmp/rl4llm/kg
 
 Re-running with the same --workdir resumes from the newest readable checkpoint.
+Several hosts (TPU pod slice, GPU cluster): the same command on every host with --config.distributed.initialize=True
+(configs/default.py, "distributed") and a --workdir every host sees (e.g. NFS or a gs:// bucket).
 Writes <workdir>/metrics.jsonl, TensorBoard events under <workdir>/tensorboard, and summary.json.
 """
 
@@ -28,8 +30,10 @@ _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rl4llm/default", "Where checkpoi
 def main(argv):
     del argv
     # after flag parsing: absl logs go to stderr
+    from rl4llm.parallel import distributed
     from rl4llm.train import agent_config, agent_trainer, config_validation, trainer
 
+    distributed.initialize(flags.FLAGS.config.distributed)  # several hosts: before anything touches a device
     try:
         config_validation.validate(flags.FLAGS.config)
     except config_validation.ConfigError as e:
