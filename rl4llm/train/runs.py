@@ -3,7 +3,7 @@
 A workdir written by `experiments/train.py` (`trainer.run`) holds
 
   config.json                     the run's config                      `load_config`
-  metrics.jsonl                   one record per logged (stage, step)   `load_metrics`
+  metrics.jsonl                   one record per logged (stage, step)   `load_metrics`, `series`
   summary.json                    warm-start and final evaluation       `load_summary`
   eval_<stage>_<step>.json        `evaluate_checkpoint`'s results       `load_evals`, `eval_path`, `pass_at_k_curve`
   checkpoints/{sft,rl}/<step>     Orbax checkpoints                     `checkpoint_steps`, `restore_policy`
@@ -57,6 +57,27 @@ def load_metrics(workdir: str, stage: str = "rl") -> dict[str, np.ndarray]:
         if all(v is None or isinstance(v, (int, float)) for v in values):
             out[key] = np.asarray([np.nan if v is None else v for v in values], np.float64)
     return out
+
+
+def series(metrics: dict[str, np.ndarray], key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps [S'], values [S']) of `key` in `load_metrics`'s result, on the steps that logged it (finite values);
+    empty arrays when the run never logged it."""
+    if key not in metrics:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    finite = np.isfinite(metrics[key])
+    return metrics["step"][finite], metrics[key][finite]
+
+
+def markdown_table(rows: dict[str, dict], columns: Sequence[str], fmt: str = "{:.3f}") -> str:
+    """A Markdown table: one row per `rows` label, one column per key of `columns` ("" where a row lacks it)."""
+
+    def cell(value) -> str:
+        text = fmt.format(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+        return text.replace("|", "\\|")
+
+    lines = ["| run | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    lines += [f"| {label} | " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for label, row in rows.items()]
+    return "\n".join(lines)
 
 
 def load_summary(workdir: str) -> dict:
