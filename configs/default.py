@@ -178,7 +178,9 @@ def get_config() -> ml_collections.ConfigDict:
     # then RL on it (configs/agent_*.py). Fields and defaults: rl4llm.train.agent_config.agent_defaults.
     c.agent = agent_config.agent_defaults()
 
-    # Held-out evaluation: greedy accuracy, and pass@k from `pass_n` samples at the rollout temperature.
+    # Held-out evaluation every `every` RL steps (rl4llm.train.evaluate): greedy accuracy and response length; pass@k,
+    # avg@k, maj@k and answer entropy from `pass_n` samples at the rollout temperature. Any checkpoint, any k:
+    # python -m experiments.evaluate --workdir=... --k=1,8,64
     c.eval = ml_collections.ConfigDict()
     c.eval.num_examples = 512
     c.eval.every = 25
