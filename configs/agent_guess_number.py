@@ -27,6 +27,8 @@ def get_config():
     c.agent.max_action_tokens = 20  # "<guess>63</guess>" is 17 characters
     c.agent.max_obs_tokens = 32
     c.agent.max_context = 384
+    c.agent.record_bucket = 64  # few learner / SFT shapes (each one compiles)
+    c.agent.obs_bucket = 16
     c.agent.turn_reward = "info_gain:1"
     c.agent.answer_template = "<guess>{}</guess>"
     c.agent.expert_noise = 0.2

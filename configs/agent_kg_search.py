@@ -29,6 +29,8 @@ def get_config():
     c.agent.max_action_tokens = 24  # "<search>kavo</search>" is 21 characters
     c.agent.max_obs_tokens = 48
     c.agent.max_context = 384
+    c.agent.record_bucket = 128  # few learner / SFT shapes (each one compiles)
+    c.agent.obs_bucket = 16
     c.agent.turn_reward = "tool_success:1,gold_in_result:1"
     c.agent.answer_template = "<answer>{}</answer>"
     c.agent.expert_noise = 0.2

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -244,3 +246,105 @@ def test_observation_tokens_get_no_loss_kl_or_entropy():
     np.testing.assert_allclose(params_a, base_params, atol=1e-6)
     np.testing.assert_allclose(params_b, base_params, atol=1e-6)
     assert base["kl"] > 0 and base["entropy"] > 0  # the KL and entropy terms are on
+
+
+# ------------------------------------------------------------------------------------------- agent trainer
+
+
+def test_igpo_ground_truth_logprobs_are_the_teacher_forced_answer_after_each_turn():
+    """ℓ[b, k] = mean log π(answer tokens | context before turn k + template prefix), by a direct full forward."""
+    import types
+
+    from rl4llm.models import apply
+    from rl4llm.train import agent_trainer
+
+    traj, _, _ = rollout_and_envs()
+    tok = tokenizer()
+    setup = types.SimpleNamespace(
+        tokenizer=tok, mt_cfg=MT,
+        logprob_fn=jax.jit(functools.partial(logprobs_lib.completion_logprobs, model_cfg()),
+                           static_argnames=("completion_len",)))
+    answers = [f"{i}{i}" for i in range(NUM_ENVS)]
+    gt = np.asarray(agent_trainer.ground_truth_logprobs(setup, params(), traj, answers, "<a>{}]"))
+    assert gt.shape == (NUM_ENVS, MT.max_turns + 1)
+    full_logits = jax.jit(lambda seq, mask: apply(model_cfg(), params(), seq, jnp.cumsum(mask, -1) - 1, mask)[0][0])
+    width = 128  # one compiled shape: each sequence right-padded (masked)
+    for b in range(NUM_ENVS):
+        k_b = int(traj.num_turns[b])
+        assert (gt[b, k_b:] == 0).all()
+        for k in range(k_b):
+            context = traj.tokens[b, :traj.turn_start[b, k]].tolist() + tok.encode("<a>")
+            answer = tok.encode(answers[b])
+            seq = context + answer + tok.encode("]")
+            logits = full_logits(jnp.asarray([seq + [0] * (width - len(seq))]), jnp.asarray([
+                [1] * len(seq) + [0] * (width - len(seq))]))
+            logp = jax.nn.log_softmax(logits[len(context) - 1:len(context) + len(answer) - 1], -1)
+            expected = np.mean([logp[j, a] for j, a in enumerate(answer)])
+            np.testing.assert_allclose(gt[b, k], expected, atol=2e-5)
+
+
+def agent_config(**overrides):
+    """A guess-the-number agent job that compiles and runs in seconds (nano model, 2 x 2 episodes per step)."""
+    from configs import agent_guess_number
+
+    c = agent_guess_number.get_config()
+    c.model.preset = "nano"
+    c.agent.guess_number.max_number = 15
+    c.agent.guess_number.min_width = 4
+    c.agent.guess_number.max_width = 8
+    c.agent.guess_number.max_turns = 4
+    c.agent.guess_number.test_fraction = 0.3
+    c.agent.max_context = 192
+    c.agent.max_obs_tokens = 16
+    c.agent.eval_tasks = 4
+    c.sft.steps = 2
+    c.sft.batch_size = 4
+    c.rl.steps = 3
+    c.rl.num_prompts = 2
+    c.rl.num_generations = 2
+    c.eval.every = 3
+    c.log_every = 1
+    c.checkpoint.every = 1
+    c.update_from_flattened_dict({f"rl.{k}": v for k, v in overrides.items()})
+    return c
+
+
+def test_sft_examples_train_only_the_experts_actions():
+    from rl4llm.train import agent_trainer
+
+    config = agent_config()
+    config.agent.expert_noise = 0.5
+    setup = agent_trainer.build_agent_setup(config, "/tmp/rl4llm_test_multi_turn/agent_sft")
+    tokens, attention, loss = jax.device_get(agent_trainer.sft_batch(config, setup, 0))
+    rng = np.random.default_rng([config.seed, 0])
+    tok = setup.tokenizer
+    explored = 0
+    for row, task in enumerate(setup.source.train_tasks(0, config.sft.batch_size)):
+        turns, trained = agent_trainer.expert_episode(setup, task, 0.5, rng)
+        explored += trained.count(False)
+        expected_text = task.prompt + "".join(a + o for a, o in turns[:-1]) + turns[-1][0]
+        assert tok.decode(tokens[row][attention[row] > 0].tolist()) == expected_text
+        trained_text = tok.decode(tokens[row, 1:][loss[row] > 0].tolist())
+        assert trained_text == "".join(a for (a, _), t in zip(turns, trained) if t)
+    assert explored > 0  # some turns were the exploration policy's: in the context, not trained
+
+
+def test_igpo_agent_run_resumes_exactly(tmp_path):
+    from rl4llm.train import agent_trainer
+    from rl4llm.train import metrics as metrics_lib
+
+    def records(workdir):
+        return {r["step"]: {k: v for k, v in r.items() if not k.startswith(("time/", "tokens_per_s", "step_s"))}
+                for r in metrics_lib.read_metrics(workdir, "rl")}
+
+    config = agent_config(advantage="igpo")
+    full, resumed = str(tmp_path / "full"), str(tmp_path / "resumed")
+    agent_trainer.run(config, full)
+    shutil.copytree(os.path.join(full, "checkpoints", "sft"), os.path.join(resumed, "checkpoints", "sft"))
+    shutil.copytree(os.path.join(full, "tokenizer"), os.path.join(resumed, "tokenizer"))
+    agent_trainer.run(config, resumed, stop_after_rl_step=2)  # reuses the SFT stage; interrupted after step 2
+    assert max(records(resumed)) == 2
+    summary = agent_trainer.run(config, resumed)
+    assert summary["rl_steps"] == 3
+    assert records(resumed)[3] == records(full)[3]
+    assert {"eval/success", "eval/valid_action", "success", "num_turns", "loss/pg"} <= set(records(full)[3])

@@ -68,6 +68,14 @@ def _weights(spec: str, names: tuple[str, ...]) -> tuple:
     return tuple((names.index(name), w) for name, w in combine_lib.parse_weights(spec).items())
 
 
+@functools.lru_cache(maxsize=None)
+def logprob_program(model_cfg, temperature: float, chunk_size: int):
+    """Jitted `(params, tokens [N, L], attention [N, L], completion_len) -> (logp, entropy) [N, completion_len]`
+    (`logprobs.completion_logprobs`), one per model and settings (runs in one process share its compilations)."""
+    return jax.jit(functools.partial(logprobs_lib.completion_logprobs, model_cfg, temperature=temperature,
+                                     chunk_size=chunk_size), static_argnames=("completion_len",))
+
+
 def build_agent_setup(config, workdir: str) -> AgentSetup:
     """Env task source, tokenizer (trained on expert transcripts, cached in the workdir), model and sampler configs."""
     agent = config.agent
@@ -85,10 +93,7 @@ def build_agent_setup(config, workdir: str) -> AgentSetup:
         max_turns=env.max_turns, max_context=agent.max_context, max_obs_tokens=agent.max_obs_tokens,
         obs_bucket=agent.obs_bucket, record_bucket=agent.record_bucket,
         turn_components=tuple(env.turn_reward_keys), outcome_components=tuple(env.outcome_keys))
-    logprob_fn = jax.jit(
-        functools.partial(logprobs_lib.completion_logprobs, model_cfg, temperature=config.sampling.temperature or 1.0,
-                          chunk_size=config.rl.logprob_chunk_size),
-        static_argnames=("completion_len",))
+    logprob_fn = logprob_program(model_cfg, config.sampling.temperature or 1.0, config.rl.logprob_chunk_size)
     return AgentSetup(
         source=source, explore=entry.explore(env_cfg), tokenizer=tokenizer, model_cfg=model_cfg,
         rollout_cfg=rollout_cfg, greedy_cfg=dataclasses.replace(rollout_cfg, temperature=0.0, top_k=0, top_p=1.0),
