@@ -2,6 +2,7 @@ r"""The benchmark workloads of shared/bench/WORKLOADS.md, on the project's own s
 
     python -m experiments.benchmark --workload grpo_step --model tiny
     python -m experiments.benchmark --workload grpo_step --model small
+    python -m experiments.benchmark --workload ppo_step --model small
     python -m experiments.benchmark --workload sample_only --model tiny
     python -m experiments.benchmark --memory_probe --model small --probe_micro_batch_size 8
     python -m experiments.benchmark --memory_probe --model small --remat none --attention_query_chunk 0
@@ -14,10 +15,17 @@ top-k / top-p), reward = fraction of even token ids in the completion (numpy, on
 advantages, then one learner step: ppo_clip (eps 0.2), seq-mean-token-mean, k3 KL (coef 0.04) against
 the initial weights, old log-probs = stop_gradient(current), plain Adam (lr 1e-5).
 
+ppo_step: grpo_step with PPO's critic instead of group advantages: a separate critic (a copy of the
+initial decoder + a zero scalar head, `models.value_head`) computes the rollout's values, GAE (γ 1,
+λ 0.95, outcome reward on the last token, whitened) gives advantages and returns, then ONE critic update
+(clipped value loss, cliprange 0.5, seq-mean-token-mean, its own Adam lr 1e-5) before the same learner
+step. critic_s = values forward + GAE + critic update; step_s includes it.
+
 Timing (medians over --steps timed steps after one warm-up step; every phase ends in
 `block_until_ready` / a device->host copy):
   gen_s:     `sampling.generate` + the completions' device->host copy + the host reward;
   learn_s:   the jitted learner step (reference log-probs + policy forward/backward + Adam);
+  critic_s:  ppo_step only: the critic's values forward, GAE and the critic update;
   step_s:    the whole step (gen + advantages + batch assembly + learn);
   compile_s: ahead-of-time lower + compile of `generate` and the learner step, before the warm-up
              step (whose jit calls reuse those executables).
@@ -41,6 +49,7 @@ import platform
 import resource
 import statistics
 import time
+from typing import Callable
 
 from absl import app
 from absl import flags
@@ -56,9 +65,12 @@ from rl4llm import models
 from rl4llm.rewards import pool as reward_pool
 from rl4llm.rewards import sandbox
 from rl4llm.models import config as model_config
+from rl4llm.models import value_head
 from rl4llm import sampling
 from rl4llm.rl import registry
+from rl4llm.rl import advantages as advantages_lib
 from rl4llm.train import batches
+from rl4llm.train import critic as critic_lib
 from rl4llm.train import learner
 
 PAD_ID = 0
@@ -74,6 +86,7 @@ class Workload:
     prompt_len: int
     new_tokens: int
     learn: bool  # run the learner step after generating
+    critic: bool = False  # PPO: values, GAE and one critic update before the learner step
 
     @property
     def batch(self) -> int:
@@ -82,6 +95,8 @@ class Workload:
 
 WORKLOADS = {
     "grpo_step": Workload("grpo_step", num_prompts=8, group_size=8, prompt_len=32, new_tokens=64, learn=True),
+    "ppo_step": Workload("ppo_step", num_prompts=8, group_size=8, prompt_len=32, new_tokens=64, learn=True,
+                         critic=True),
     "sample_only": Workload("sample_only", num_prompts=64, group_size=1, prompt_len=32, new_tokens=256,
                             learn=False),
 }
@@ -171,16 +186,23 @@ def make_optimizer() -> optax.GradientTransformation:
                                   b1=0.9, b2=0.999, eps=1e-8)
 
 
-def init_state(model_cfg: models.ModelConfig, key: jax.Array, optimizer=None) -> learner.TrainState:
+def init_state(model_cfg: models.ModelConfig, key: jax.Array, optimizer=None, critic: bool = False
+               ) -> learner.TrainState:
     """Fresh params, their Adam state and a frozen copy of them as the KL reference (params only without
-    an optimizer, for sampling alone)."""
+    an optimizer, for sampling alone); with `critic`, a separate critic (a copy of the decoder + a zero head)
+    and its own Adam state."""
     params_key, state_key = jax.random.split(key)  # new buffers: the learner step donates the state
     params = models.init_params(model_cfg, params_key)
     if optimizer is None:
         return learner.TrainState(params=params, opt_state=None, ref_params=None,
                                   key=jax.random.key_data(state_key))
+    critic_state = None
+    if critic:
+        critic_params = value_head.init_critic(model_cfg, params, shared_trunk=False)
+        critic_state = critic_lib.CriticState(params=critic_params, opt_state=make_optimizer().init(critic_params))
     return learner.TrainState(params=params, opt_state=optimizer.init(params),
-                              ref_params=jax.tree.map(jnp.copy, params), key=jax.random.key_data(state_key))
+                              ref_params=jax.tree.map(jnp.copy, params), key=jax.random.key_data(state_key),
+                              critic=critic_state)
 
 
 def random_prompts(wl: Workload, vocab_size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -211,20 +233,70 @@ def generate_and_score(model_cfg, wl: Workload, params, prompts, key) -> tuple[s
     return rollout, even_fraction_reward(tokens, mask)
 
 
-def learner_batch(wl: Workload, rollout: sampling.Rollout, scores: np.ndarray) -> learner.LearnerBatch:
-    """[prompt | completion] rows with GRPO advantages; old log-probs are unused (use_old_logp=False)."""
+@jax.jit
+def gae_advantages(scores: jax.Array, values: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """PPO's (whitened advantages, returns) [N, T]: GAE with γ 1, λ 0.95 of the outcome reward on the last token."""
+    return advantages_lib.gae(registry.last_token_rewards(scores, mask), values, mask, gamma=1.0, lam=0.95)
+
+
+def joined(rollout: sampling.Rollout) -> tuple[jax.Array, jax.Array]:
+    """[prompt | completion] tokens and attention mask [N, P+T] of a rollout."""
+    return batches.join_sequences(rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens,
+                                  rollout.completion_mask)
+
+
+def learner_batch(rollout: sampling.Rollout, advantages: jax.Array) -> learner.LearnerBatch:
+    """[prompt | completion] rows with their advantages [N, T]; old log-probs are unused (use_old_logp=False)."""
+    tokens, attention_mask = joined(rollout)
+    return learner.LearnerBatch(tokens=tokens, attention_mask=attention_mask,
+                                completion_mask=rollout.completion_mask.astype(jnp.float32), advantages=advantages,
+                                old_logp=rollout.logprobs, sampler_logp=rollout.logprobs)
+
+
+CRITIC_CONFIG = critic_lib.CriticConfig(cliprange_value=0.5, agg_mode="seq-mean-token-mean", micro_batch_size=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Programs:
+    """The jitted programs of a workload: the learner step (None: sampling alone) and PPO's critic programs."""
+    learner_step: Callable | None = None  # (state, batch, key) -> (state, metrics), state donated
+    values_fn: Callable | None = None  # (critic params, params, tokens, attention_mask) -> values [N, T]
+    critic_step: Callable | None = None  # (state, critic batch) -> (state, metrics), state donated
+
+
+def make_programs(model_cfg, wl: Workload, optimizer, logprob_chunk_size: int) -> Programs:
+    if not wl.learn:
+        return Programs()
+    learner_step = learner.make_learner_step(model_cfg, learner_config(logprob_chunk_size), optimizer)
+    if not wl.critic:
+        return Programs(learner_step)
+    return Programs(learner_step, critic_lib.make_values_fn(model_cfg, wl.new_tokens),
+                    critic_lib.make_critic_step(model_cfg, CRITIC_CONFIG, make_optimizer()))
+
+
+def critic_update(programs: Programs, state: learner.TrainState, rollout: sampling.Rollout, scores: jax.Array
+                  ) -> tuple[learner.TrainState, jax.Array]:
+    """PPO: the rollout's values, GAE, one critic update -> (state, whitened advantages [N, T])."""
+    tokens, attention_mask = joined(rollout)
+    mask = rollout.completion_mask.astype(jnp.float32)
+    values = programs.values_fn(state.critic.params, state.params, tokens, attention_mask)
+    advantages, returns = gae_advantages(scores, values, mask)
+    batch = critic_lib.CriticBatch(tokens=tokens, attention_mask=attention_mask, completion_mask=mask,
+                                   old_values=values, returns=returns)
+    state, _ = programs.critic_step(state, batch)
+    return state, advantages
+
+
+def group_advantages(wl: Workload, rollout: sampling.Rollout, scores: jax.Array) -> jax.Array:
+    """grpo_step: GRPO advantages [N, T] of the scores [N], groups of wl.group_size consecutive rows."""
     mask = rollout.completion_mask.astype(jnp.float32)
     group_ids = jnp.repeat(jnp.arange(wl.num_prompts), wl.group_size)
-    advantages = grpo_advantages(jnp.asarray(scores), group_ids, mask, num_groups=wl.num_prompts)
-    tokens, attention_mask = batches.join_sequences(rollout.prompt_tokens, rollout.prompt_mask,
-                                                    rollout.completion_tokens, rollout.completion_mask)
-    return learner.LearnerBatch(tokens=tokens, attention_mask=attention_mask, completion_mask=mask,
-                                advantages=advantages, old_logp=rollout.logprobs, sampler_logp=rollout.logprobs)
+    return grpo_advantages(scores, group_ids, mask, num_groups=wl.num_prompts)
 
 
-def timed_step(model_cfg, wl: Workload, learner_step, state: learner.TrainState, prompts, key
+def timed_step(model_cfg, wl: Workload, programs: Programs, state: learner.TrainState, prompts, key
                ) -> tuple[learner.TrainState, dict[str, float]]:
-    """One workload step; returns the new state and its wall times {step_s, gen_s[, learn_s]}.
+    """One workload step; returns the new state and its wall times {step_s, gen_s[, critic_s][, learn_s]}.
 
     The sampler draws from fold_in(key, 0); the learner step gets fold_in(key, 1).
     """
@@ -233,26 +305,41 @@ def timed_step(model_cfg, wl: Workload, learner_step, state: learner.TrainState,
     t_gen = time.perf_counter()
     times = {"gen_s": t_gen - t0}
     if wl.learn:
-        batch = jax.block_until_ready(learner_batch(wl, rollout, scores))
+        scores = jnp.asarray(scores)
+        if wl.critic:
+            state, advantages = jax.block_until_ready(critic_update(programs, state, rollout, scores))
+            times["critic_s"] = time.perf_counter() - t_gen
+        else:
+            advantages = group_advantages(wl, rollout, scores)
+        batch = jax.block_until_ready(learner_batch(rollout, advantages))
         t_learn = time.perf_counter()
-        state, _ = jax.block_until_ready(learner_step(state, batch, jax.random.fold_in(key, 1)))
+        state, _ = jax.block_until_ready(programs.learner_step(state, batch, jax.random.fold_in(key, 1)))
         times["learn_s"] = time.perf_counter() - t_learn
     times["step_s"] = time.perf_counter() - t0
     return state, times
 
 
-def compile_seconds(model_cfg, wl: Workload, learner_step, state: learner.TrainState, prompts, key) -> float:
-    """Wall time to lower and compile `generate` (and `learner_step`) for this workload's shapes.
+def compile_seconds(model_cfg, wl: Workload, programs: Programs, state: learner.TrainState, prompts, key) -> float:
+    """Wall time to lower and compile `generate` (and the learner / critic programs) for this workload's shapes.
 
     The jit calls of the steps that follow find these executables in JAX's compilation cache.
     """
     t0 = time.perf_counter()
     lowered = sampling.generate.lower(model_cfg, state.params, *prompts, key, sampling_config(wl))
     lowered.compile()
-    if learner_step is not None:
+    if programs.learner_step is not None:
+        rollout = lowered.out_info
         scores = jax.ShapeDtypeStruct((wl.batch,), jnp.float32)
-        batch = jax.eval_shape(functools.partial(learner_batch, wl), lowered.out_info, scores)
-        learner_step.lower(state, batch, key).compile()
+        advantages = jax.ShapeDtypeStruct(rollout.completion_mask.shape, jnp.float32)
+        programs.learner_step.lower(state, jax.eval_shape(learner_batch, rollout, advantages), key).compile()
+        if programs.critic_step is not None:
+            tokens, attention_mask = jax.eval_shape(joined, rollout)
+            values = programs.values_fn.lower(state.critic.params, state.params, tokens, attention_mask)
+            values.compile()
+            gae_advantages.lower(scores, values.out_info, advantages).compile()
+            batch = critic_lib.CriticBatch(tokens=tokens, attention_mask=attention_mask, completion_mask=advantages,
+                                           old_values=values.out_info, returns=values.out_info)
+            programs.critic_step.lower(state, batch).compile()
     return time.perf_counter() - t0
 
 
@@ -274,13 +361,15 @@ def _round(x: float | None) -> float | None:
 
 
 def summarize(wl: Workload, model: str, compile_s: float, timed: list[dict[str, float]]) -> dict:
-    """The JSON record of WORKLOADS.md from the compile time and the timed steps' wall times (medians)."""
+    """The JSON record of WORKLOADS.md from the compile time and the timed steps' wall times (medians);
+    ppo_step adds critic_s."""
     median = lambda k: statistics.median(t[k] for t in timed)
     step_s, gen_s = median("step_s"), median("gen_s")
     learn_s = median("learn_s") if wl.learn else None
     return {
         "framework": "rl4llm", "workload": wl.name, "model": model,
         "step_s": _round(step_s), "gen_s": _round(gen_s), "gen_tok_s": _round(wl.batch * wl.new_tokens / gen_s),
+        **({"critic_s": _round(median("critic_s"))} if wl.critic else {}),
         "learn_s": _round(learn_s),
         "learn_tok_s": _round(wl.batch * (wl.prompt_len + wl.new_tokens) / learn_s) if wl.learn else None,
         "peak_rss_mb": _round(peak_rss_mb()), "compile_s": _round(compile_s),
@@ -293,15 +382,13 @@ def run_workload(model_cfg: models.ModelConfig, model: str, wl: Workload, steps:
     """AOT compilation, one warm-up step, then `steps` timed steps of `wl`; returns the JSON record."""
     key = jax.random.key(seed)
     optimizer = make_optimizer() if wl.learn else None
-    state = jax.block_until_ready(init_state(model_cfg, key, optimizer))
-    learner_step = (learner.make_learner_step(model_cfg, learner_config(logprob_chunk_size), optimizer)
-                    if wl.learn else None)
+    state = jax.block_until_ready(init_state(model_cfg, key, optimizer, critic=wl.critic))
+    programs = make_programs(model_cfg, wl, optimizer, logprob_chunk_size)
     prompts = random_prompts(wl, model_cfg.vocab_size, seed)
-    compile_s = compile_seconds(model_cfg, wl, learner_step, state, prompts, key)
+    compile_s = compile_seconds(model_cfg, wl, programs, state, prompts, key)
     times = []
     for step in range(steps + 1):
-        state, step_times = timed_step(model_cfg, wl, learner_step, state, prompts,
-                                       jax.random.fold_in(key, step))
+        state, step_times = timed_step(model_cfg, wl, programs, state, prompts, jax.random.fold_in(key, step))
         times.append(step_times)
     return summarize(wl, model, compile_s, times[1:])
 

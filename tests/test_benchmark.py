@@ -1,6 +1,7 @@
 """experiments/benchmark.py on the nano model with shrunken shapes: the JSON records of WORKLOADS.md
 (every field, consistent throughputs), the workload shapes, the reward and the memory probe."""
 
+import dataclasses
 import json
 import re
 
@@ -15,6 +16,8 @@ FIELDS = {"framework", "workload", "model", "step_s", "gen_s", "gen_tok_s", "lea
           "peak_rss_mb", "compile_s", "devices", "versions"}
 NANO = models.get_config("nano")
 GRPO = benchmark.Workload("grpo_step", num_prompts=2, group_size=3, prompt_len=5, new_tokens=6, learn=True)
+PPO = benchmark.Workload("ppo_step", num_prompts=2, group_size=3, prompt_len=5, new_tokens=6, learn=True,
+                         critic=True)
 SAMPLE = benchmark.Workload("sample_only", num_prompts=4, group_size=1, prompt_len=5, new_tokens=7, learn=False)
 
 
@@ -28,8 +31,8 @@ def sample_record():
     return benchmark.run_workload(NANO, "nano", SAMPLE, steps=3, seed=0)
 
 
-def check_common(record, workload):
-    assert set(record) == FIELDS
+def check_common(record, workload, fields=FIELDS):
+    assert set(record) == fields
     assert (record["framework"], record["workload"], record["model"]) == ("rl4llm", workload.name, "nano")
     assert json.loads(json.dumps(record)) == record
     assert "\n" not in json.dumps(record)
@@ -51,6 +54,30 @@ def test_grpo_step_record(grpo_record):
     assert grpo_record["learn_tok_s"] == pytest.approx(tokens / grpo_record["learn_s"], rel=1e-3)
 
 
+def test_ppo_step_record_adds_the_critic_time():
+    record = benchmark.run_workload(NANO, "nano", PPO, steps=2, seed=0, logprob_chunk_size=4)
+    check_common(record, PPO, FIELDS | {"critic_s"})
+    assert record["critic_s"] > 0 and record["learn_s"] > 0
+    assert record["step_s"] >= record["critic_s"] + record["learn_s"] - 1e-3
+
+
+def test_ppo_critic_update_trains_the_critic_alone():
+    optimizer = benchmark.make_optimizer()
+    key = jax.random.key(0)
+    state = benchmark.init_state(NANO, key, optimizer, critic=True)
+    programs = benchmark.make_programs(NANO, PPO, optimizer, logprob_chunk_size=4)
+    prompts = benchmark.random_prompts(PPO, NANO.vocab_size, seed=0)
+    rollout, scores = benchmark.generate_and_score(NANO, PPO, state.params, prompts, key)
+    params, critic = jax.tree.map(np.asarray, (state.params, state.critic.params))
+    state, advantages = benchmark.critic_update(programs, state, rollout, jax.numpy.asarray(scores))
+    mask = np.asarray(rollout.completion_mask, np.float32)
+    # whitened GAE advantages over the valid tokens: mean 0, std 1
+    assert abs(float((advantages * mask).sum() / mask.sum())) < 1e-5
+    jax.tree.map(np.testing.assert_array_equal, params, jax.tree.map(np.asarray, state.params))
+    head = np.asarray(state.critic.params["head"]["kernel"])
+    assert np.abs(head - critic["head"]["kernel"]).max() > 0  # the zero head moved toward the returns
+
+
 def test_sample_only_record(sample_record):
     check_common(sample_record, SAMPLE)
     assert sample_record["learn_s"] is None and sample_record["learn_tok_s"] is None
@@ -66,6 +93,8 @@ def test_table_lists_the_figures(grpo_record):
 def test_workload_shapes_follow_workloads_md():
     grpo, sample = benchmark.WORKLOADS["grpo_step"], benchmark.WORKLOADS["sample_only"]
     assert (grpo.num_prompts, grpo.group_size, grpo.prompt_len, grpo.new_tokens, grpo.learn) == (8, 8, 32, 64, True)
+    ppo = benchmark.WORKLOADS["ppo_step"]
+    assert dataclasses.replace(ppo, name="grpo_step", critic=False) == grpo and ppo.critic
     assert (sample.batch, sample.prompt_len, sample.new_tokens, sample.learn) == (64, 32, 256, False)
     assert benchmark.default_steps("tiny") == 5 and benchmark.default_steps("small") == 3
     assert benchmark.sampling_config(grpo).stop_token_ids == ()
