@@ -47,21 +47,19 @@ from rl4llm.train import trainer
 
 
 @dataclasses.dataclass(frozen=True)
-class AgentSetup:
-    """What the agent stages share, built once from the config (`model_cfg` as in `trainer.Setup`)."""
+class AgentSetup(trainer.Setup):
+    """What the agent stages share, built once from the config. A `trainer.Setup` (so the main job's stages run on
+    it: `model_cfg`, `tokenizer`, `rollout_cfg`; its single-turn task, eval examples and reward pipeline are None)
+    with the env's task source, policies and the multi-turn settings."""
 
-    source: env_base.TaskSource
-    explore: env_base.Policy
-    tokenizer: object
-    model_cfg: object
-    rollout_cfg: sampling.SamplingConfig
-    greedy_cfg: sampling.SamplingConfig
-    mt_cfg: multi_turn.MultiTurnConfig
-    eval_tasks: tuple
-    turn_weights: tuple  # ((component index, weight), ...) into mt_cfg.turn_components
-    outcome_weights: tuple  # ((component index, weight), ...) into mt_cfg.outcome_components
-    logprob_fn: object  # jitted (params, tokens [N, L], attention [N, L], completion_len) -> (logp, entropy)
-    selector: None = None  # agent tasks are drawn uniformly (trainer.Setup's prompt selector: none)
+    source: env_base.TaskSource = None
+    explore: env_base.Policy = None
+    greedy_cfg: sampling.SamplingConfig = None
+    mt_cfg: multi_turn.MultiTurnConfig = None
+    eval_tasks: tuple = ()
+    turn_weights: tuple = ()  # ((component index, weight), ...) into mt_cfg.turn_components
+    outcome_weights: tuple = ()  # ((component index, weight), ...) into mt_cfg.outcome_components
+    logprob_fn: object = None  # `logprob_program`: (params, tokens [N, L], attention [N, L], completion_len)
 
 
 def _weights(spec: str, names: tuple[str, ...]) -> tuple:
@@ -95,7 +93,8 @@ def build_agent_setup(config, workdir: str) -> AgentSetup:
         turn_components=tuple(env.turn_reward_keys), outcome_components=tuple(env.outcome_keys))
     logprob_fn = logprob_program(model_cfg, config.sampling.temperature or 1.0, config.rl.logprob_chunk_size)
     return AgentSetup(
-        source=source, explore=entry.explore(env_cfg), tokenizer=tokenizer, model_cfg=model_cfg,
+        task=None, eval_examples=(), eval_spec=None, score_fn=None, rewards=None, tokenizer=tokenizer,
+        model_cfg=model_cfg, source=source, explore=entry.explore(env_cfg),
         rollout_cfg=rollout_cfg, greedy_cfg=dataclasses.replace(rollout_cfg, temperature=0.0, top_k=0, top_p=1.0),
         mt_cfg=mt_cfg, eval_tasks=tuple(source.test_tasks(agent.eval_tasks)),
         turn_weights=_weights(agent.turn_reward, mt_cfg.turn_components),
