@@ -69,13 +69,41 @@ def test_missing_files_name_the_workdir(tmp_path):
         runs.resolve_checkpoint(str(tmp_path), "best")
 
 
-def test_load_config_round_trips_the_trainer_json(tmp_path):
+def test_load_config_round_trips_the_trainer_json_and_fills_new_fields(tmp_path):
     from configs import default
 
     config = default.get_config()
+    config.rl.num_generations = 3
+    config.eval.pass_k = (1, 3)
+    saved = json.loads(config.to_json_best_effort())
+    del saved["eval"]["every"]  # a run written before the field existed
     with open(tmp_path / "config.json", "w") as f:
-        f.write(config.to_json_best_effort(indent=2))
+        json.dump(saved, f)
     loaded = runs.load_config(str(tmp_path))
-    assert loaded.rl.num_generations == config.rl.num_generations
-    assert list(loaded.eval.pass_k) == list(config.eval.pass_k)
+    assert loaded.rl.num_generations == 3
+    assert loaded.eval.pass_k == (1, 3)  # a tuple again, as the field is
+    assert loaded.eval.every == default.get_config().eval.every
     assert math.isclose(loaded.rl.learning_rate, config.rl.learning_rate)
+
+
+def test_checkpoint_restore_entry_reads_one_entry_and_names_mismatches(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    from rl4llm.train import checkpointing
+
+    ckpt = checkpointing.Checkpointer(str(tmp_path / "checkpoints" / "rl"))
+    params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
+    ckpt.save(5, {"params": params, "opt_state": {"mu": jnp.zeros((2, 3))}}, {"data_step": 5})
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
+    restored, meta = ckpt.restore_entry(5, "params", target)
+    assert meta == {"data_step": 5}
+    jax.tree.map(np.testing.assert_array_equal, restored, params)
+    bad = {"w": jax.ShapeDtypeStruct((3, 3), jnp.float32), "b": target["b"]}
+    with pytest.raises(checkpointing.CheckpointMismatchError, match=r"params.w: shape \(2, 3\) in the checkpoint, \(3, 3\)"):
+        ckpt.restore_entry(5, "params", bad)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint step 4 .*\(steps: \[5\]\)"):
+        ckpt.restore_entry(4, "params", target)
+    ckpt.close()
+    assert runs.checkpoint_steps(str(tmp_path), "rl") == [5]
+    assert runs.resolve_checkpoint(str(tmp_path)) == ("rl", 5)

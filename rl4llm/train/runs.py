@@ -39,9 +39,27 @@ def _require(workdir: str, name: str, written_by: str) -> str:
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
-    """The run's config, as `trainer.run` wrote it to `<workdir>/config.json` (tuples read back as lists)."""
+    """The run's config: what `trainer.run` wrote to `<workdir>/config.json`, laid over this checkout's default
+    config (`configs/default.py`), so that a run saved before a config field existed reads back with that
+    field's default (new features default to off) and list values take their field's type (tuples)."""
     with open(_require(workdir, "config.json", "written by experiments/train.py"), encoding="utf-8") as f:
-        return ml_collections.ConfigDict(json.load(f))
+        saved = json.load(f)
+    config = _default_config()
+    config.update(saved)
+    return config
+
+
+def _default_config() -> ml_collections.ConfigDict:
+    """`get_config()` of the checkout's configs/default.py (the package is used from its checkout: pip install -e)."""
+    import importlib.util
+
+    import rl4llm
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(rl4llm.__file__))), "configs", "default.py")
+    spec = importlib.util.spec_from_file_location("rl4llm_default_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
 
 
 def load_metrics(workdir: str, stage: str = "rl") -> dict[str, np.ndarray]:
@@ -165,8 +183,9 @@ class Policy:
 
 
 def restore_policy(workdir: str, stage: str = "auto", step: int | None = None, *, num_examples: int | None = None) -> Policy:
-    """The params of checkpoint (stage, step) (`resolve_checkpoint`) and the run's setup (task, tokenizer, model,
-    held-out examples: `config.eval.num_examples` of them, or `num_examples`) rebuilt from its config.json."""
+    """The params of checkpoint (stage, step) (`resolve_checkpoint`), on the default device, and the run's setup
+    (task, tokenizer, model, held-out examples: `config.eval.num_examples` of them, or `num_examples`) rebuilt from
+    its config (`load_config`)."""
     import jax
 
     from rl4llm.train import checkpointing
@@ -183,13 +202,13 @@ def restore_policy(workdir: str, stage: str = "auto", step: int | None = None, *
     target = jax.eval_shape(lambda key: trainer.initial_params(shape_config, setup.model_cfg, key), jax.random.key(0))
     checkpointer = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints", stage))
     try:
-        params, meta = checkpointer.restore_entry(step, "params", target)
+        params, meta = checkpointer.restore_entry(step, "params", target)  # host arrays (no sharding asked)
     except BaseException:
         setup.rewards.close()
         raise
     finally:
         checkpointer.close()
-    return Policy(config, setup, params, stage, step, meta)
+    return Policy(config, setup, jax.tree.map(jax.numpy.asarray, params), stage, step, meta)
 
 
 def sample_completions(policy: Policy, num_prompts: int, seed: int = 0) -> list[dict]:
