@@ -30,6 +30,9 @@ RECIPES = (
     "lp_reg",
     "ppo_arithmetic",
     "prime",
+    "dynamic_sampling",
+    "dots",
+    "bots",
 )
 RL_STEPS = 2
 
@@ -44,6 +47,8 @@ def shrink(config):
     config.rl.num_prompts = tiny.rl.num_prompts
     config.rl.num_generations = tiny.rl.num_generations
     config.critic.warmup_steps = min(config.critic.warmup_steps, RL_STEPS - 1)  # the actor updates at least once
+    config.selection.pool_size = min(config.selection.pool_size, 32)  # the tiny task has ~80 training prompts
+    config.selection.replay_capacity = min(config.selection.replay_capacity, 8)
     return config
 
 

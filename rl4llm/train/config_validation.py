@@ -384,6 +384,11 @@ def _selection_errors(config) -> list[str]:
                 "config.rl.tis_cap=0: replayed rollouts are off-policy and need the importance weights against "
                 "their behaviour log-probs (DOTS's clip = PPO clip x pi_old/mu_b); set it > 0 (1e9: untruncated)"
             )
+        if uses_reward_components(config):
+            errors.append(
+                f"config.selection.replay_capacity={sel.replay_capacity}: the replay buffer keeps combined rewards, "
+                f"not the reward components rl.advantage={rl.advantage!r} normalises; set it to 0"
+            )
         if isinstance(rl.num_prompts, int) and sel.replay_capacity < rl.num_prompts:
             errors.append(
                 f"config.selection.replay_capacity={sel.replay_capacity}: must be >= config.rl.num_prompts="
@@ -401,11 +406,13 @@ def _selection_errors(config) -> list[str]:
             )
         if sel.hints:
             errors.append("config.selection.hints=True: not supported with method 'knapsack' (unequal groups)")
-        if rl.advantage in registry.ADVANTAGES and "baseline_scores" in registry.advantage_inputs(rl.advantage):
-            errors.append(
-                f"config.selection.method='knapsack': rl.advantage={rl.advantage!r} repeats a greedy baseline over "
-                "equal groups; use an estimator without baseline_scores"
-            )
+    if method != "uniform" and rl.advantage in registry.ADVANTAGES and "baseline_scores" in registry.advantage_inputs(
+        rl.advantage
+    ):
+        errors.append(
+            f"config.selection.method={method!r}: rl.advantage={rl.advantage!r} rolls out a greedy baseline of the "
+            "step's uniform prompts; use selection.method='uniform' or another estimator"
+        )
     if sel.curriculum_steps:
         if config.task.name != "arithmetic":
             errors.append(

@@ -30,6 +30,7 @@ from rl4llm import models
 from rl4llm import rewards as rewards_lib
 from rl4llm import sampling
 from rl4llm.models import lora
+from rl4llm.data import selection as selection_lib
 from rl4llm.data import tasks as tasks_lib
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import pipeline as pipeline_lib
@@ -48,6 +49,7 @@ from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import prime as prime_lib
+from rl4llm.train import prompt_selection
 from rl4llm.train import sft as sft_lib
 
 # RL draws its problems from step RL_DATA_OFFSET + s of the training stream, so SFT (steps 0..) and
@@ -67,6 +69,7 @@ class Setup:
     eval_spec: evaluate_lib.EvalSpec
     score_fn: Callable[[str, str], float]  # main reward of (completion text, reference answer): evaluation
     rewards: pipeline_lib.RewardPipeline  # a step's batch rewards (pool, extra components, shaping, pseudo-labels)
+    selector: prompt_selection.Selector | None = None  # the RL step's prompts and rollouts (config.selection)
 
 
 def build_setup(config, workdir: str) -> Setup:
@@ -93,8 +96,13 @@ def build_setup(config, workdir: str) -> Setup:
     )
     eval_examples = tuple(task.source.test_examples(config.eval.num_examples))
     reward_pipeline = pipeline_lib.RewardPipeline(reward_spec(config))
+    selector = prompt_selection.Selector(
+        config, task, data_offset=RL_DATA_OFFSET, pad_id=tokenizer.pad_id,
+        encode=lambda prompts: batches.encode_prompts(tokenizer, prompts, config.sampling.prompt_bucket),
+    )
     return Setup(
-        task, tokenizer, model_cfg, rollout_cfg, eval_examples, eval_spec, reward_pipeline.score_one, reward_pipeline
+        task, tokenizer, model_cfg, rollout_cfg, eval_examples, eval_spec, reward_pipeline.score_one, reward_pipeline,
+        selector,
     )
 
 
@@ -318,16 +326,18 @@ def advantage_kwargs(config) -> dict:
 
 
 def _step_prompts(config, setup: Setup, step: int):
-    """The RL step's examples and their left-padded prompt tokens / mask [B, P] (a pure function of step)."""
-    examples = setup.task.source.train_examples(RL_DATA_OFFSET + step, config.rl.num_prompts)
+    """The RL step's uniform examples (the task's stream, or the curriculum's stage) and their left-padded prompt
+    tokens / mask [B, P] (a pure function of step)."""
+    examples = setup.selector.stream_examples(step, config.rl.num_prompts)
     prompt_tokens, prompt_mask = batches.encode_prompts(
         setup.tokenizer, [e.prompt for e in examples], config.sampling.prompt_bucket
     )
     return examples, prompt_tokens, prompt_mask
 
 
-def _score(config, setup: Setup, rollout, answers, group_ids: np.ndarray):
+def _score(config, setup: Setup, rollout, answers, group_ids: np.ndarray, prefixes=None):
     """Host rewards of a rollout (one device->host transfer; the batch scored in one pipeline call).
+    `prefixes` [N]: text scored before each completion (a hint the prompt already holds), or None.
 
     Returns (rewards [N], main reward [N], reward components [N, K], completion mask [N, T], finished [N],
     reward metrics).
@@ -336,6 +346,8 @@ def _score(config, setup: Setup, rollout, answers, group_ids: np.ndarray):
         (rollout.completion_tokens, rollout.completion_mask, rollout.finished)
     )
     texts = batches.decode_completions(setup.tokenizer, completion_tokens, completion_mask)
+    if prefixes is not None:
+        texts = [prefix + text for prefix, text in zip(prefixes, texts)]
     scores, main, components, metrics = setup.rewards.score(
         texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens
     )
@@ -353,34 +365,48 @@ def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.n
     return np.repeat(scores, config.rl.num_generations)
 
 
-def rollout_and_score(config, setup: Setup, params, step: int, key):
-    """Samples G completions for each of the step's prompts and scores them on the host.
-
-    Returns (rollout, scores [N], reward components [N, K], host metrics). One device->host transfer of the
-    completions.
-    """
-    rl = config.rl
-    examples, prompt_tokens, prompt_mask = _step_prompts(config, setup, step)
-    prompt_tokens = np.repeat(prompt_tokens, rl.num_generations, axis=0)
-    prompt_mask = np.repeat(prompt_mask, rl.num_generations, axis=0)
+def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes):
+    """`counts[i]` completions of each prompt `prompts[i]` (in order), scored against `answers[i]` with
+    `prefixes[i]` scored before each completion. -> (`prompt_selection.Rows` [sum(counts)], reward metrics)."""
+    counts = np.asarray(counts)
+    prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
+    prompt_tokens = np.repeat(prompt_tokens, counts, axis=0)
+    prompt_mask = np.repeat(prompt_mask, counts, axis=0)
     rollout = sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg)
-    answers = [e.answer for e in examples for _ in range(rl.num_generations)]
-    group_ids = np.repeat(np.arange(rl.num_prompts), rl.num_generations)
+    group_ids = np.repeat(np.arange(len(prompts)), counts)
     scores, main, components, completion_mask, finished, reward_metrics = _score(
-        config, setup, rollout, answers, group_ids
+        config, setup, rollout, np.repeat(answers, counts).tolist(), group_ids,
+        np.repeat(prefixes, counts).tolist() if any(prefixes) else None,
     )
-    grouped = main.reshape(rl.num_prompts, rl.num_generations)  # solved = the main (correctness) reward
-    host_metrics = {
-        **reward_metrics,
-        "reward": scores.mean(),
-        "reward_std": scores.std(),
-        "response_length": completion_mask.sum(-1).mean(),
-        "truncated_frac": 1.0 - finished.mean(),
-        "solve_none_frac": np.mean(grouped.max(-1) == 0),
-        "solve_all_frac": np.mean(grouped.min(-1) == 1),
-        "generated_tokens": completion_mask.sum(),
-    }
-    return rollout, scores, components, host_metrics
+    completion_tokens, logprobs = jax.device_get((rollout.completion_tokens, rollout.logprobs))
+    rows = prompt_selection.Rows(
+        prompt_tokens=prompt_tokens, prompt_mask=prompt_mask, completion_tokens=completion_tokens,
+        completion_mask=completion_mask, logprobs=logprobs, finished=finished, scores=scores, main=main,
+        components=components, hint_chars=np.zeros(len(scores), np.int32), fresh=np.ones(len(scores), bool),
+    )
+    return rows, reward_metrics
+
+
+def rollout_and_score(config, setup: Setup, params, step: int, key, selection_state=None):
+    """The step's rollouts under `config.selection` (`prompt_selection.Selector.collect`: uniform prompts with G
+    completions each by default), scored on the host.
+
+    Returns (rollout, scores [N], reward components [N, K], group ids [N], host metrics, new selection state).
+    """
+    generate = functools.partial(generate_rows, config, setup, params)
+    collected, selection_state = setup.selector.collect(selection_state, step, key, generate)
+    rows = collected.rows
+    rollout = sampling.Rollout(
+        prompt_tokens=jnp.asarray(rows.prompt_tokens),
+        prompt_mask=jnp.asarray(rows.prompt_mask),
+        completion_tokens=jnp.asarray(rows.completion_tokens),
+        completion_mask=jnp.asarray(rows.completion_mask),
+        logprobs=jnp.asarray(rows.logprobs),
+        lengths=jnp.asarray(rows.completion_mask.sum(-1), jnp.int32),
+        finished=jnp.asarray(rows.finished),
+        num_decode_steps=jnp.asarray(config.sampling.max_new_tokens - 1, jnp.int32),  # an upper bound
+    )
+    return rollout, rows.scores, rows.components, collected.group_ids, collected.metrics, selection_state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -462,6 +488,7 @@ class RolloutBatch:
     current_kl: Any  # KL-in-reward's measured KL (the adaptive controller's input), None otherwise
     host_metrics: dict  # rewards, lengths, value metrics, ... of the rollout
     t_gen: float  # seconds of generation and host scoring
+    selection: Any = None  # the selection state after choosing this step's prompts (config.selection), or None
 
 
 def collect_rollouts(config, setup: Setup, programs: RLPrograms, state, step: int, *,
@@ -474,7 +501,9 @@ def collect_rollouts(config, setup: Setup, programs: RLPrograms, state, step: in
     rl = config.rl
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
-    rollout, scores, components, host_metrics = rollout_and_score(config, setup, state.params, step, step_key)
+    rollout, scores, components, group_ids, host_metrics, selection = rollout_and_score(
+        config, setup, state.params, step, step_key, state.selection
+    )
     advantage_inputs = registry.advantage_inputs(rl.advantage)
     extra_inputs = {}
     if config_validation.uses_reward_components(config):
@@ -487,7 +516,7 @@ def collect_rollouts(config, setup: Setup, programs: RLPrograms, state, step: in
         host_metrics["greedy_baseline_reward"] = baseline.mean()
     t_gen = time.time() - t0
     mask = rollout.completion_mask.astype(jnp.float32)
-    group_ids = jnp.repeat(jnp.arange(rl.num_prompts), rl.num_generations)
+    group_ids = jnp.asarray(group_ids)
     tokens, attention_mask = batches.join_sequences(
         rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens, rollout.completion_mask
     )
@@ -558,6 +587,7 @@ def collect_rollouts(config, setup: Setup, programs: RLPrograms, state, step: in
         current_kl=current_kl,
         host_metrics=host_metrics,
         t_gen=t_gen,
+        selection=selection,
     )
 
 
@@ -568,6 +598,7 @@ def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatc
     n = rl.num_prompts * rl.num_generations
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     host_metrics = dict(rollouts.host_metrics)
+    state = state.replace(selection=None)  # host-side selection state: not an input of the jitted updates
     if rollouts.prm_batch is not None:  # PRIME: the PRM's update on the outcome labels (touches state.prm only)
         state, prm_metrics = programs.prm_step(state, rollouts.prm_batch)
         host_metrics.update(prm_metrics)
@@ -591,7 +622,7 @@ def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatc
     else:
         state = _after_actor_updates(config, programs, state, step, metrics, updates[0], rollouts.current_kl)
     metrics.update(host_metrics)
-    return state, metrics
+    return state.replace(selection=rollouts.selection), metrics
 
 
 def _step_timing(rollouts: RolloutBatch, t_learn: float, t_step: float) -> dict:
@@ -733,6 +764,8 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
         prm_optimizer = prime_lib.make_prm_optimizer(config)
         prm = prime_lib.init_prm_state(init_params, prm_optimizer)
     state = init_rl_state(config, init_params, optimizer, key, critic, prm)
+    selection = setup.selector.init_state() if setup.selector is not None else None  # the agent job has none
+    state = state.replace(selection=selection)  # per-prompt statistics, replay buffer (or None)
     ckpt = checkpointing.Checkpointer(
         os.path.join(workdir, "checkpoints", "rl"), max_to_keep=config.checkpoint.max_to_keep
     )
@@ -740,6 +773,8 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
     start, last_eval = 0, None
     if restored is not None:
         state, start, last_eval = restored.state, restored.step, restored.meta.get("eval")
+        if state.selection is not None:  # host-side again
+            state = state.replace(selection=selection_lib.as_numpy(state.selection))
         print(f"resuming RL from step {start}", flush=True)
     programs = build_rl_programs(config, setup, optimizer, critic_optimizer, prm_optimizer)
     end = rl.steps if stop_after_step is None else min(rl.steps, stop_after_step)

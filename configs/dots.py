@@ -1,0 +1,25 @@
+"""DOTS + rollout replay (Sun et al. 2025): difficulty-targeted online selection, replay of recent groups."""
+
+from configs import default
+
+
+def get_config():
+    """GRPO on the default arithmetic task, prompts chosen by DOTS from a pool of `selection.pool_size` training
+    prompts: each prompt's adaptive difficulty is its last measured group success rate (the pool mean for prompts
+    never rolled out), selection samples without replacement from softmax(-|p - 0.5| / 1e-3). Once the replay
+    buffer can fill it, half of each step's groups are fresh and half are replayed from a FIFO buffer of recent
+    groups (one per prompt) with their behaviour log-probs; the learner weights replayed tokens by
+    pi_old / mu_b (rl.tis_cap, untruncated here), which is DOTS's off-policy-corrected clip. Fresh rollouts per
+    step halve once the buffer is warm.
+
+    Run:
+        python -m experiments.train --config=configs/dots.py --workdir=/tmp/rl4llm/dots
+    Result: RESULT_PENDING
+    """
+    c = default.get_config()
+    c.selection.method = "dots"
+    c.selection.pool_size = 1024
+    c.selection.replay_capacity = 256
+    c.selection.replay_fresh_fraction = 0.5
+    c.rl.tis_cap = 1e9  # DOTS's ratio pi_old / mu_b is not truncated
+    return c

@@ -1,0 +1,358 @@
+"""One RL step's training groups under `config.selection` (the selection rules are in `rl4llm.data.selection`,
+`replay`, `allocation`, `curriculum`).
+
+`Selector.collect` decides which prompts are rolled out (uniform stream, curriculum stage, refill rounds, the
+DOTS / BOTS / uniform pool draw, Knapsack rollout counts), calls the trainer's `generate(prompts, answers, counts,
+key, prefixes) -> Rows` for each generation round, regenerates all-fail groups with hints, mixes in replayed
+groups, and returns the step's training rows (N = num_prompts x num_generations) with the updated
+`SelectionState` and the step's selection metrics. Everything it draws comes from the step key (generation) and
+`selection.rng(seed, step, ·)` (choices), so a resumed run selects what the uninterrupted run would have.
+
+Shapes stay static: every round generates the full num_prompts x num_generations rows, hint rounds a power-of-two
+number of groups, and the step's rows always number N (a refill that hits the round bound is completed with
+dropped groups).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+
+from rl4llm.data import allocation
+from rl4llm.data import arithmetic
+from rl4llm.data import curriculum
+from rl4llm.data import replay as replay_lib
+from rl4llm.data import selection as selection_lib
+
+# Streams of fold_in(step_key, ·) for generation rounds after the first (round 0 uses the step key itself, so a
+# one-round step rolls out exactly what the plain trainer does) and for hint levels.
+_ROUND_STREAM = 2000
+_HINT_STREAM = 3000
+# Sub-streams of selection_lib.rng(seed, step, ·).
+_CHOICE, _REPLAY, _THOMPSON = 0, 1, 2
+
+
+@dataclasses.dataclass
+class Rows:
+    """Host-side rollout rows [n, ...] with their rewards; prompts left-padded to a multiple of the bucket."""
+
+    prompt_tokens: np.ndarray  # [n, P] int32
+    prompt_mask: np.ndarray  # [n, P] bool
+    completion_tokens: np.ndarray  # [n, T] int32
+    completion_mask: np.ndarray  # [n, T] bool
+    logprobs: np.ndarray  # [n, T] float32 sampler (behaviour) log-probs
+    finished: np.ndarray  # [n] bool
+    scores: np.ndarray  # [n] float32 combined reward
+    main: np.ndarray  # [n] float32 main (correctness) reward
+    components: np.ndarray  # [n, K] float32
+    hint_chars: np.ndarray  # [n] int32 reference-solution characters in the prompt
+    fresh: np.ndarray  # [n] bool: generated this step (False: replayed)
+
+
+def take(rows: Rows, idx: np.ndarray) -> Rows:
+    """Rows `idx` (in that order)."""
+    return Rows(**{f.name: getattr(rows, f.name)[idx] for f in dataclasses.fields(Rows)})
+
+
+def _left_pad(x: np.ndarray, width: int, value) -> np.ndarray:
+    return np.concatenate([np.full((x.shape[0], width - x.shape[1]), value, x.dtype), x], axis=1)
+
+
+def concat(parts: Sequence[Rows], pad_id: int) -> Rows:
+    """Rows of all parts in order; prompts re-padded on the left to the widest part."""
+    width = max(p.prompt_tokens.shape[1] for p in parts)
+    out = {}
+    for f in dataclasses.fields(Rows):
+        arrays = [getattr(p, f.name) for p in parts]
+        if f.name == "prompt_tokens":
+            arrays = [_left_pad(a, width, pad_id) for a in arrays]
+        elif f.name == "prompt_mask":
+            arrays = [_left_pad(a, width, False) for a in arrays]
+        out[f.name] = np.concatenate(arrays, axis=0)
+    return Rows(**out)
+
+
+# generate(prompts [b], answers [b], counts [b], key, prefixes [b] of the scored text) -> (Rows [sum(counts)],
+# reward metrics); prompts of b are rolled out counts[b] times each, in order.
+GenerateFn = Callable[[list, list, np.ndarray, jax.Array, list], tuple[Rows, dict]]
+# encode(prompts [b]) -> left-padded prompt tokens [b, P] int32 and mask [b, P] bool (the trainer's encoding)
+EncodeFn = Callable[[list], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclasses.dataclass
+class Collected:
+    """A step's training rows and group ids [N] (groups in order, contiguous)."""
+
+    rows: Rows
+    group_ids: np.ndarray  # [N] int32
+    metrics: dict
+
+
+def _group_sizes_ok(counts: np.ndarray, n: int) -> None:
+    if int(counts.sum()) != n:
+        raise AssertionError(f"selection produced {int(counts.sum())} rows, expected {n}")
+
+
+class Selector:
+    """The run's prompt selection (built once per run from the config and the task)."""
+
+    def __init__(self, config, task, *, data_offset: int, pad_id: int, encode: EncodeFn):
+        self.sel = config.selection
+        self.seed = config.seed
+        self.num_prompts = config.rl.num_prompts
+        self.num_generations = config.rl.num_generations
+        self.completion_len = config.sampling.max_new_tokens
+        self.task = task
+        self.data_offset = data_offset
+        self.pad_id = pad_id
+        self.encode = encode
+        self.method = self.sel.method
+        # The pool is drawn from the training stream's step data_offset - 1 (no SFT or RL step reads it).
+        self.pool = (
+            selection_lib.build_pool(task.source, self.sel.pool_size, draw_step=data_offset - 1)
+            if self.method in selection_lib.POOL_METHODS
+            else None
+        )
+
+    # ------------------------------------------------------------------------------------------ state
+
+    def init_state(self) -> selection_lib.SelectionState | None:
+        """The fresh selection state (None for methods without per-prompt statistics)."""
+        if self.pool is None:
+            return None
+        buf = None
+        if self.sel.replay_capacity:
+            buf = replay_lib.init_replay(self.sel.replay_capacity, self.num_generations, self.completion_len)
+        prior = self.sel.bots_prior
+        return selection_lib.init_state(len(self.pool), prior_alpha=prior, prior_beta=prior, replay=buf)
+
+    # ---------------------------------------------------------------------------------------- prompts
+
+    def stream_examples(self, step: int, n: int) -> list:
+        """`n` training examples of RL step `step` from the task's stream (the curriculum's stage when on)."""
+        if self.sel.curriculum_steps:
+            stage = curriculum.arithmetic_at_step(
+                self.task.source.what, step,
+                start_operands=self.sel.curriculum_start_operands,
+                start_max_value=self.sel.curriculum_start_max_value,
+                steps=self.sel.curriculum_steps,
+            )
+            return arithmetic.source(stage).train_examples(self.data_offset + step, n)
+        return self.task.source.train_examples(self.data_offset + step, n)
+
+    # ---------------------------------------------------------------------------------------- collect
+
+    def collect(self, state, step: int, key, generate: GenerateFn) -> tuple[Collected, object]:
+        """The step's training rows (module docstring) and the updated selection state."""
+        if self.method in selection_lib.REFILL_METHODS:
+            return self._collect_refill(step, key, generate), state
+        if self.method == "knapsack":
+            return self._collect_knapsack(state, step, key, generate)
+        if self.method in ("dots", "bots"):
+            return self._collect_targeted(state, step, key, generate)
+        examples = self.stream_examples(step, self.num_prompts)
+        rows, metrics = self._generate_groups(examples, key, generate)
+        return self._finish(rows, metrics), state
+
+    def _generate_groups(self, examples, key, generate: GenerateFn) -> tuple[Rows, dict]:
+        """G rollouts of each example (and their reward metrics), then hints for the all-fail groups when on."""
+        counts = np.full(len(examples), self.num_generations)
+        rows, metrics = generate([e.prompt for e in examples], [e.answer for e in examples], counts, key,
+                                 [""] * len(examples))
+        if self.sel.hints:
+            rows, hint_metrics = self._hint(examples, rows, key, generate)
+            metrics = {**metrics, **hint_metrics}
+        return rows, metrics
+
+    def _hint(self, examples, rows: Rows, key, generate: GenerateFn) -> tuple[Rows, dict]:
+        """GHPO: regenerate all-fail groups with growing solution prefixes; a group is replaced by the first
+        hinted generation with a correct rollout (rl4llm.data.curriculum)."""
+        g = self.num_generations
+        failing = np.flatnonzero(rows.main.reshape(-1, g).max(axis=1) <= 0)
+        metrics = {"selection/hint_candidates": float(failing.size), "selection/hint_solved": 0.0}
+        for level, fraction in enumerate(self.sel.hint_fractions):
+            if failing.size == 0:
+                break
+            slots = 1 << int(np.ceil(np.log2(failing.size)))  # power-of-two groups: few compiled shapes
+            padded = np.resize(failing, slots)
+            chars = [curriculum.hint_chars(examples[i].solution, examples[i].answer, fraction) for i in padded]
+            prompts = [curriculum.hinted_prompt(examples[i].prompt, examples[i].solution, c) for i, c in zip(padded, chars)]
+            prefixes = [examples[i].solution[:c] for i, c in zip(padded, chars)]
+            hinted, _ = generate(prompts, [examples[i].answer for i in padded], np.full(slots, g),
+                              jax.random.fold_in(key, _HINT_STREAM + level), prefixes)
+            hinted.hint_chars = np.repeat(np.asarray(chars, np.int32), g)
+            metrics["selection/hint_rollouts"] = metrics.get("selection/hint_rollouts", 0.0) + float(slots * g)
+            solved = hinted.main.reshape(-1, g)[: failing.size].max(axis=1) > 0
+            if solved.any():
+                rows = _replace_groups(rows, hinted, failing[solved], np.flatnonzero(solved), g, self.pad_id)
+            metrics["selection/hint_solved"] += float(solved.sum())
+            failing = failing[~solved]
+        return rows, metrics
+
+    def _collect_refill(self, step: int, key, generate: GenerateFn) -> Collected:
+        """DAPO dynamic sampling / PRIME accuracy band: rounds of B fresh prompts until B groups are kept."""
+        b, g = self.num_prompts, self.num_generations
+        # A smaller request of the stream is a prefix of a larger one: round 0 = the uniform step's prompts.
+        examples = self.stream_examples(step, b * self.sel.max_gen_rounds)
+        rounds, masks, metrics = [], [], {}
+        for r in range(self.sel.max_gen_rounds):
+            round_key = key if r == 0 else jax.random.fold_in(key, _ROUND_STREAM + r)
+            rows, round_metrics = self._generate_groups(examples[r * b : (r + 1) * b], round_key, generate)
+            for k, v in round_metrics.items():  # hint counts add up over rounds; reward metrics: the last round's
+                metrics[k] = metrics.get(k, 0.0) + v if k.startswith("selection/") else v
+            rounds.append(rows)
+            if self.method == "dynamic_sampling":
+                masks.append(selection_lib.keep_nonuniform_groups(rows.scores.reshape(b, g)))
+            else:
+                masks.append(selection_lib.keep_accuracy_band(
+                    np.clip(rows.main.reshape(b, g), 0, 1), self.sel.acc_low, self.sel.acc_high))
+            if sum(int(m.sum()) for m in masks) >= b:
+                break
+        chosen, kept = selection_lib.choose_groups(masks, b)
+        parts = [take(rounds[r], np.arange(i * g, (i + 1) * g)) for r, i in chosen]
+        generated = concat(rounds, self.pad_id)
+        metrics.update({
+            "selection/gen_rounds": float(len(rounds)),
+            "selection/kept_groups": float(sum(int(m.sum()) for m in masks)),
+            "selection/dropped_groups": float(sum(int((~m).sum()) for m in masks)),
+            "selection/filled_with_dropped": float(b - kept),
+            "selection/generated_reward": float(generated.scores.mean()),
+        })
+        return self._finish(concat(parts, self.pad_id), metrics, generated=generated)
+
+    def _collect_targeted(self, state, step: int, key, generate: GenerateFn) -> tuple[Collected, object]:
+        """DOTS / BOTS from the pool, with rollout replay when configured."""
+        b, g = self.num_prompts, self.num_generations
+        buf = state.replay
+        fresh_n = b if buf is None else replay_lib.num_fresh(b, self.sel.replay_fresh_fraction, replay_lib.size(buf))
+        if self.method == "dots":
+            p_hat = selection_lib.predicted_success(state.success)
+            ids = selection_lib.softmax_sample_without_replacement(
+                selection_lib.dots_scores(p_hat, self.sel.target), fresh_n, self.sel.dots_temperature,
+                selection_lib.rng(self.seed, step, _CHOICE),
+            )
+            metrics = {"selection/predicted_success": float(p_hat[ids].mean())}
+        else:
+            ids = selection_lib.bots_select(state, fresh_n, selection_lib.rng(self.seed, step, _THOMPSON),
+                                            target=self.sel.target, temperature=self.sel.bots_temperature)
+            mean = state.alpha / (state.alpha + state.beta)
+            metrics = {"selection/predicted_success": float(mean[ids].mean())}
+        examples = [self.pool[i] for i in ids]
+        rows, round_metrics = self._generate_groups(examples, key, generate)
+        metrics.update(round_metrics)
+        # Statistics from the policy's own success on the (unhinted) prompt: a group solved only with a hint
+        # still counts as a failure.
+        success = np.where(rows.hint_chars.reshape(fresh_n, g).max(axis=1) > 0, 0.0,
+                           np.clip(rows.main, 0, 1).reshape(fresh_n, g).mean(axis=1))
+        metrics["selection/unseen_frac"] = float(np.mean(state.visits[ids] == 0))
+        state = selection_lib.record_success(state, ids, success)
+        if self.method == "bots":
+            state = selection_lib.bots_update(
+                state, ids, success, g, decay=self.sel.bots_decay, implicit_weight=self.sel.bots_implicit_weight,
+                prior_alpha=self.sel.bots_prior, prior_beta=self.sel.bots_prior,
+            )
+        parts = [rows]
+        if buf is not None:
+            slots = replay_lib.sample_slots(buf, b - fresh_n, selection_lib.rng(self.seed, step, _REPLAY))
+            if slots.size:
+                parts.append(self._replayed_rows(buf, slots, rows.components.shape[1]))
+            informative = selection_lib.keep_nonuniform_groups(rows.scores.reshape(fresh_n, g))
+            keep = np.flatnonzero(informative)
+            shape = (fresh_n, g, -1)
+            buf = replay_lib.insert(
+                buf, ids[keep], rows.hint_chars.reshape(fresh_n, g)[keep, 0],
+                rows.completion_tokens.reshape(shape)[keep], rows.completion_mask.reshape(shape)[keep],
+                rows.logprobs.reshape(shape)[keep], rows.scores.reshape(fresh_n, g)[keep],
+            )
+            state = state.replace(replay=buf)
+            metrics.update({"selection/replayed_groups": float(slots.size), "selection/buffer_size": float(replay_lib.size(buf))})
+        metrics["selection/pool_seen_frac"] = float(np.mean(state.visits > 0))
+        return self._finish(concat(parts, self.pad_id), metrics), state
+
+    def _replayed_rows(self, buf, slots: np.ndarray, num_components: int) -> Rows:
+        """Rows of replayed groups: prompts re-encoded from the pool (with their hint), stored completions,
+        behaviour log-probs and rewards (reward components are not stored: NaN)."""
+        g = self.num_generations
+        ids, chars = np.asarray(buf.prompt_ids)[slots], np.asarray(buf.hint_chars)[slots]
+        prompts = [curriculum.hinted_prompt(self.pool[i].prompt, self.pool[i].solution, c) for i, c in zip(ids, chars)]
+        prompt_tokens, prompt_mask = self.encode(prompts)
+        completion_mask = np.asarray(buf.completion_mask)[slots].reshape(-1, self.completion_len) > 0
+        scores = np.asarray(buf.scores)[slots].reshape(-1)
+        n = scores.size
+        return Rows(
+            prompt_tokens=np.repeat(prompt_tokens, g, axis=0),
+            prompt_mask=np.repeat(prompt_mask, g, axis=0),
+            completion_tokens=np.asarray(buf.completion_tokens)[slots].reshape(n, -1),
+            completion_mask=completion_mask,
+            logprobs=np.asarray(buf.behaviour_logp)[slots].reshape(n, -1),
+            finished=completion_mask.sum(-1) < self.completion_len,
+            scores=scores,
+            main=np.full(n, np.nan, np.float32),
+            components=np.full((n, num_components), np.nan, np.float32),
+            hint_chars=np.repeat(chars, g).astype(np.int32),
+            fresh=np.zeros(n, bool),
+        )
+
+    def _collect_knapsack(self, state, step: int, key, generate: GenerateFn) -> tuple[Collected, object]:
+        """Knapsack RL: B prompts uniformly from the pool, the B·G rollouts allocated by success rate."""
+        b, g = self.num_prompts, self.num_generations
+        ids = np.sort(selection_lib.rng(self.seed, step, _CHOICE).choice(len(self.pool), size=b, replace=False))
+        p = np.where(state.visits[ids] > 0, state.success[ids], -1.0)
+        counts = allocation.allocate(p, b * g, default_n=g, min_n=self.sel.knapsack_min_n,
+                                     max_n=self.sel.knapsack_max_n)
+        examples = [self.pool[i] for i in ids]
+        rows, reward_metrics = generate([e.prompt for e in examples], [e.answer for e in examples], counts, key,
+                                        [""] * b)
+        group_ids = np.repeat(np.arange(b), counts).astype(np.int32)
+        sums = np.bincount(group_ids, weights=np.clip(rows.main, 0, 1), minlength=b)
+        state = selection_lib.record_success(state, ids, sums / counts)
+        metrics = {
+            **reward_metrics,
+            "selection/rollouts_max": float(counts.max()),
+            "selection/rollouts_min": float(counts.min()),
+            "selection/unseen_frac": float(np.mean(p < 0)),
+            "selection/pool_seen_frac": float(np.mean(state.visits > 0)),
+        }
+        return self._finish(rows, metrics, group_ids=group_ids), state
+
+    # ----------------------------------------------------------------------------------------- finish
+
+    def _finish(self, rows: Rows, metrics: dict, *, generated: Rows | None = None,
+                group_ids: np.ndarray | None = None) -> Collected:
+        """The Collected record with the step's rollout metrics over the fresh training rows."""
+        n = self.num_prompts * self.num_generations
+        if group_ids is None:
+            group_ids = np.repeat(np.arange(self.num_prompts), self.num_generations).astype(np.int32)
+        _group_sizes_ok(np.bincount(group_ids), n)
+        fresh = rows.fresh
+        fresh_ids = group_ids[fresh]
+        correct = np.bincount(fresh_ids, weights=rows.main[fresh], minlength=self.num_prompts)
+        size = np.bincount(fresh_ids, minlength=self.num_prompts)
+        present = size > 0
+        generated = rows if generated is None else generated
+        lengths = rows.completion_mask[fresh].sum(-1)
+        metrics.update({
+            "reward": float(rows.scores[fresh].mean()),
+            "reward_std": float(rows.scores[fresh].std()),
+            "response_length": float(lengths.mean()),
+            "truncated_frac": float(1.0 - rows.finished[fresh].mean()),
+            # solved = the main (correctness) reward, per fresh group
+            "solve_none_frac": float(np.mean(correct[present] == 0)),
+            "solve_all_frac": float(np.mean(correct[present] == size[present])),
+            "generated_tokens": float(generated.completion_mask.sum()),
+            "selection/generated_rollouts": float(generated.scores.size),
+        })
+        return Collected(rows=rows, group_ids=group_ids, metrics=metrics)
+
+
+def _replace_groups(rows: Rows, hinted: Rows, targets: np.ndarray, sources: np.ndarray, g: int, pad_id: int) -> Rows:
+    """`rows` with groups `targets` replaced by groups `sources` of `hinted` (G rows each)."""
+    merged = concat([rows, hinted], pad_id)
+    order = np.arange(rows.scores.size)
+    offset = rows.scores.size
+    for t, s in zip(targets, sources):
+        order[t * g : (t + 1) * g] = offset + s * g + np.arange(g)
+    return take(merged, order)
