@@ -30,6 +30,8 @@ from rl4llm import models
 from rl4llm import rewards as rewards_lib
 from rl4llm import sampling
 from rl4llm.models import lora
+from rl4llm.parallel import distributed
+from rl4llm.parallel import layout as layout_lib
 from rl4llm.data import selection as selection_lib
 from rl4llm.data import tasks as tasks_lib
 from rl4llm.rewards import combine as combine_lib
@@ -70,6 +72,7 @@ class Setup:
     score_fn: Callable[[str, str], float]  # main reward of (completion text, reference answer): evaluation
     rewards: pipeline_lib.RewardPipeline  # a step's batch rewards (pool, extra components, shaping, pseudo-labels)
     selector: prompt_selection.Selector | None = None  # the RL step's prompts and rollouts (config.selection)
+    layout: layout_lib.Layout | None = None  # the meshes' placement of arrays (`parallel`); None on one device
 
 
 def build_setup(config, workdir: str) -> Setup:
@@ -201,9 +204,22 @@ def reward_spec(config) -> pipeline_lib.RewardSpec:
 
 
 def _evaluate(setup: Setup, params, key) -> dict:
+    params = setup.layout.sampler_params(params) if setup.layout else params
     return evaluate_lib.evaluate(
         setup.model_cfg, params, setup.tokenizer, setup.eval_examples, key, setup.eval_spec, setup.score_fn
     )
+
+
+def _generate(setup: Setup, params, prompt_tokens, prompt_mask, key, sampling_cfg) -> sampling.Rollout:
+    """`sampling.generate`, on the sampler mesh when the run has a mesh (`Layout.generate`)."""
+    if setup.layout is None:
+        return sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, sampling_cfg)
+    return setup.layout.generate(params, prompt_tokens, prompt_mask, key, sampling_cfg)
+
+
+def _placed(setup: Setup, state):
+    """A learner state on the learner mesh (`Layout.shard_state`), or as it is without a mesh."""
+    return setup.layout.shard_state(state) if setup.layout else state
 
 
 def _should(every: int, step: int, last: int) -> bool:
@@ -241,7 +257,7 @@ def run_sft(config, setup: Setup, key, writer: metrics_lib.MetricsWriter, workdi
         schedule=cfg.lr_schedule, total_steps=cfg.steps,
     )
     params = initial_params(config, setup.model_cfg, jax.random.fold_in(key, 0))
-    state = sft_lib.SFTState(params=params, opt_state=optimizer.init(lora.trainable(params)))
+    state = _placed(setup, sft_lib.SFTState(params=params, opt_state=optimizer.init(lora.trainable(params))))
     ckpt = checkpointing.Checkpointer(
         os.path.join(workdir, "checkpoints", "sft"), max_to_keep=config.checkpoint.max_to_keep
     )
@@ -253,7 +269,7 @@ def run_sft(config, setup: Setup, key, writer: metrics_lib.MetricsWriter, workdi
             print(f"SFT stage already complete in {workdir} (step {start}); reusing it.", flush=True)
             return state.params, restored.meta["eval"]
         print(f"resuming SFT from step {start}", flush=True)
-    step_fn = sft_lib.make_sft_step(setup.model_cfg, optimizer, config.rl.logprob_chunk_size)
+    step_fn = sft_lib.make_sft_step(setup.model_cfg, optimizer, config.rl.logprob_chunk_size, setup.layout, state)
     t0 = time.time()
     for step in range(start + 1, cfg.steps + 1):
         state, step_metrics = step_fn(state, *batch_fn(config, setup, step - 1))
@@ -360,7 +376,7 @@ def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.n
     One extra greedy rollout of the step's B prompts (verl: `do_sample=False` generation in the trainer).
     """
     examples, prompt_tokens, prompt_mask = _step_prompts(config, setup, step)
-    rollout = sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, setup.eval_spec.greedy)
+    rollout = _generate(setup, params, prompt_tokens, prompt_mask, key, setup.eval_spec.greedy)
     scores = _score(config, setup, rollout, [e.answer for e in examples], np.arange(len(examples)))[0]
     return np.repeat(scores, config.rl.num_generations)
 
@@ -372,7 +388,7 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
     prompt_tokens = np.repeat(prompt_tokens, counts, axis=0)
     prompt_mask = np.repeat(prompt_mask, counts, axis=0)
-    rollout = sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg)
+    rollout = _generate(setup, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg)
     group_ids = np.repeat(np.arange(len(prompts)), counts)
     scores, main, components, completion_mask, finished, reward_metrics = _score(
         config, setup, rollout, np.repeat(answers, counts).tolist(), group_ids,
@@ -699,8 +715,10 @@ def init_rl_state(config, init_params, optimizer, key, critic=None, prm=None) ->
     )
 
 
-def build_rl_programs(config, setup: Setup, optimizer, critic_optimizer=None, prm_optimizer=None) -> RLPrograms:
-    """Jitted learner step, (when needed) the rollout-policy forward pass, and the critic's programs."""
+def build_rl_programs(config, setup: Setup, optimizer, critic_optimizer=None, prm_optimizer=None, *,
+                      state=None) -> RLPrograms:
+    """Jitted learner step, (when needed) the rollout-policy forward pass, and the critic's programs. With a mesh
+    (`setup.layout`), the learner step keeps the shardings of `state` (the RL stage's placed TrainState)."""
     lcfg = learner_config(config)
     behaviour_fn = None
     if needs_behaviour_pass(config):
@@ -736,7 +754,7 @@ def build_rl_programs(config, setup: Setup, optimizer, critic_optimizer=None, pr
         )
     return RLPrograms(
         optimizer=optimizer,
-        learner_step=learner_lib.make_learner_step(setup.model_cfg, lcfg, optimizer),
+        learner_step=learner_lib.make_learner_step(setup.model_cfg, lcfg, optimizer, setup.layout, state),
         behaviour_fn=behaviour_fn,
         **extra_programs,
     )
@@ -763,7 +781,7 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
     if prime_lib.uses_prm(config):
         prm_optimizer = prime_lib.make_prm_optimizer(config)
         prm = prime_lib.init_prm_state(init_params, prm_optimizer)
-    state = init_rl_state(config, init_params, optimizer, key, critic, prm)
+    state = _placed(setup, init_rl_state(config, init_params, optimizer, key, critic, prm))
     selection = setup.selector.init_state() if setup.selector is not None else None  # the agent job has none
     state = state.replace(selection=selection)  # per-prompt statistics, replay buffer (or None)
     ckpt = checkpointing.Checkpointer(
@@ -776,7 +794,7 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
         if state.selection is not None:  # host-side again
             state = state.replace(selection=selection_lib.as_numpy(state.selection))
         print(f"resuming RL from step {start}", flush=True)
-    programs = build_rl_programs(config, setup, optimizer, critic_optimizer, prm_optimizer)
+    programs = build_rl_programs(config, setup, optimizer, critic_optimizer, prm_optimizer, state=state)
     end = rl.steps if stop_after_step is None else min(rl.steps, stop_after_step)
     for step in range(start + 1, end + 1):
         state, step_metrics = step_fn(config, setup, programs, state, step - 1)
@@ -813,11 +831,14 @@ def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
     config_validation.validate(config)
     t0 = time.time()
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-        f.write(config.to_json_best_effort(indent=2))
-    setup = build_setup(config, workdir)
+    if distributed.is_main_process():
+        with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+            f.write(config.to_json_best_effort(indent=2))
+    with distributed.main_process_first("task tokenizer"):  # process 0 trains and caches it, the others load it
+        setup = build_setup(config, workdir)
+    setup = dataclasses.replace(setup, layout=layout_lib.layout_from_config(config, setup.model_cfg))
     key = jax.random.key(config.seed)
-    writer = metrics_lib.MetricsWriter(workdir)
+    writer = metrics_lib.MetricsWriter(workdir) if distributed.is_main_process() else metrics_lib.NullWriter()
     num_params = sum(
         x.size
         for x in jax.tree.leaves(
@@ -848,8 +869,9 @@ def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
         "rl_eval": rl_eval,
         "devices": f"{jax.devices()[0].platform} x{jax.device_count()}",
     }
-    with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
+    if distributed.is_main_process():
+        with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
     print(
         f"done in {summary['wall_seconds']:.0f} s; summary in {workdir}/summary.json\n{summary_table(summary)}",
         flush=True,
