@@ -4,7 +4,8 @@ For meshes (data, fsdp, tensor) = (8,1,1), (2,4,1), (2,2,2), (1,1,8): the learne
 and batch (`parallel.Layout`) gives the single-device loss, gradients and updated params (float32
 tolerance), keeps its params sharded by the logical-axis rules, and the sampler on that mesh draws the
 single-device tokens for the same key. Also a colocated sampler mesh (another layout of the same devices) and a
-disaggregated one (4 learner + 4 sampler devices). Prints OK; exits non-zero on mismatch.
+disaggregated one (4 learner + 4 sampler devices), whose rollouts come back replicated on the learner's devices.
+Prints OK; exits non-zero on mismatch.
 """
 
 import jax
@@ -117,7 +118,10 @@ def main():
         assert set(meshes.sampler.devices.flat).isdisjoint(meshes.learner.devices.flat) == (
             "disaggregated" in name), name
         rollout = layout.generate(learner_params, *prompts, jax.random.key(5), SAMPLING)
-        assert set(rollout.completion_tokens.sharding.device_set) == set(meshes.sampler.devices.flat), name
+        # Generated on the sampler's devices, handed back replicated on the learner's.
+        tokens_sharding = rollout.completion_tokens.sharding
+        assert tokens_sharding.device_set == set(meshes.learner.devices.flat), name
+        assert tokens_sharding.is_fully_replicated, name
         check_rollout(jax.device_get(rollout), ref_rollout, name)
         print(name, "sampler matches", flush=True)
     print("OK")

@@ -37,7 +37,7 @@ def initialize_kwargs(dist_cfg, environ=os.environ) -> dict:
         "num_processes": dist_cfg.num_processes or int(environ.get(ENV_FIELDS["num_processes"], 0)),
         "process_id": dist_cfg.process_id if dist_cfg.process_id >= 0 else int(environ.get(ENV_FIELDS["process_id"], -1)),
     }
-    given = {k for k, v in values.items() if v not in ("", 0, -1)}
+    given = {k for k, v in values.items() if v != ("" if k == "coordinator_address" else 0 if k == "num_processes" else -1)}
     if given and given != set(values):
         missing = ", ".join(f"config.distributed.{k} (or ${ENV_FIELDS[k]})" for k in sorted(set(values) - given))
         raise ValueError(f"config.distributed: a coordinator address, the number of processes and this process's id "

@@ -5,14 +5,15 @@ weights and prompts on the sampler mesh (`mesh.Meshes`), by the logical-axis rul
 weights resharded to the sampler's param shardings (`sampler_params`: the same arrays when the placement is
 "shared"; a `jax.device_put` reshard for "colocated" / "disaggregated", once per update), and the rollout
 returned replicated, so every process can read it on the host (scoring) without touching arrays other
-processes hold (Tunix #698). One device->host transfer of the completions per step, as before.
+processes hold (Tunix #698), on the learner's devices. One device->host transfer of the completions per step,
+as before. `jit_step` compiles the learner's training steps on the learner mesh.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -52,6 +53,21 @@ class Layout:
         replicated = rules_lib.replicated(self.meshes.learner)
         return rules_lib.place(batch, jax.tree.map(lambda x: self.learner_batch if np.ndim(x) else replicated, batch))
 
+    def jit_step(self, step: Callable, state: Any, batch_argnums: tuple[int, ...]) -> Callable:
+        """`jax.jit` of a training step `step(state, *args) -> (state, metrics)` on the learner mesh: the state
+        donated and kept in its shardings (`state_shardings(state)`, so the buffers are reused), the rows of the
+        args at `batch_argnums` and of the decoder's activations constrained to the batch axes
+        (`models.sharding.constrain_rows` under the mesh), the metrics replicated (readable by every process)."""
+        mesh, rows = self.meshes.learner, self.learner_batch
+
+        def sharded_step(*args):
+            args = [rules_lib.constrain_batch(a, rows) if i in batch_argnums else a for i, a in enumerate(args)]
+            with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+                return step(*args)
+
+        out_shardings = (self.state_shardings(state), rules_lib.replicated(mesh))
+        return jax.jit(sharded_step, donate_argnums=0, out_shardings=out_shardings)
+
     def sampler_params(self, params: Any) -> Any:
         """The learner's params resharded for the sampler (the same arrays when the mesh is shared)."""
         if self.meshes.shared:
@@ -65,7 +81,8 @@ class Layout:
     def generate(self, params: Any, prompt_tokens, prompt_mask, key: jax.Array,
                  sampling_cfg: sampling.SamplingConfig) -> sampling.Rollout:
         """`sampling.generate` on the sampler mesh; `params` are the LEARNER's (resharded here), prompt_tokens /
-        prompt_mask [N, P] host or device arrays, `key` a PRNG key. The Rollout comes back replicated."""
+        prompt_mask [N, P] host or device arrays, `key` a PRNG key. The Rollout comes back replicated on the
+        learner mesh (readable by every process; the learner's steps split its rows)."""
         program = self._generate_programs.get(sampling_cfg)
         if program is None:
             mesh = self.meshes.sampler
@@ -80,7 +97,8 @@ class Layout:
         rows = rows or rules_lib.replicated(self.meshes.sampler)  # e.g. ReMax's B greedy prompts on many devices
         prompts = rules_lib.place((prompt_tokens, prompt_mask), rows)
         key = rules_lib.place(key, rules_lib.replicated(self.meshes.sampler))
-        return program(self.sampler_params(params), *prompts, key)
+        rollout = program(self.sampler_params(params), *prompts, key)
+        return rollout if self.meshes.shared else rules_lib.place(rollout, rules_lib.replicated(self.meshes.learner))
 
 
 def layout_from_config(config, model_cfg: ModelConfig) -> Layout | None:

@@ -23,7 +23,6 @@ import jax.numpy as jnp
 import optax
 
 from rl4llm.models import lora
-from rl4llm.parallel import rules
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import losses as losses_lib
@@ -341,19 +340,10 @@ def learner_step(
 
 
 def make_learner_step(model_cfg, cfg: LearnerConfig, optimizer, layout=None, state=None) -> Callable:
-    """The jitted learner step; the state argument is donated.
-
-    With a `parallel.Layout` (and the `state` whose layout it fixes), the updated state keeps the learner mesh's
-    state shardings (so the donated buffers are reused), the rows of the batch and of the decoder's activations
-    are constrained to the learner's batch axes, and the metrics come back replicated (readable by every process).
-    """
+    """The jitted learner step; the state argument is donated. With a `parallel.layout.Layout` (and the `state`
+    whose shardings it keeps): compiled on the learner mesh by `Layout.jit_step` (the batch's rows split over the
+    batch axes, metrics replicated)."""
     step = functools.partial(learner_step, model_cfg, cfg, optimizer)
     if layout is None:
         return jax.jit(step, donate_argnums=0)
-
-    def sharded_step(state, batch, key, *args):
-        with jax.sharding.use_abstract_mesh(layout.meshes.learner.abstract_mesh):  # activations' row constraints
-            return step(state, rules.constrain_batch(batch, layout.learner_batch), key, *args)
-
-    out_shardings = (layout.state_shardings(state), rules.replicated(layout.meshes.learner))
-    return jax.jit(sharded_step, donate_argnums=0, out_shardings=out_shardings)
+    return layout.jit_step(step, state, batch_argnums=(1,))

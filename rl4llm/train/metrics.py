@@ -53,6 +53,16 @@ class MetricsWriter:
         self._tb.close()
 
 
+class NullWriter:
+    """A MetricsWriter that writes nothing: every process but process 0 of a multi-host run."""
+
+    def write(self, stage: str, step: int, metrics: dict, *, console: bool = True) -> None:
+        del stage, step, metrics, console
+
+    def close(self) -> None:
+        pass
+
+
 def format_console_line(record: dict) -> str:
     """`[rl] step   40 | reward 0.412 | eval_acc 0.355 | ...` (only the metrics present)."""
     parts = [f"[{record['stage']}] step {record['step']:>4d}"]

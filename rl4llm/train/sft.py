@@ -29,8 +29,10 @@ def sft_loss(model_cfg, chunk_size: int, params, tokens, attention_mask, complet
     return -jnp.sum(logp * completion_mask) / jnp.maximum(jnp.sum(completion_mask), 1.0)
 
 
-def make_sft_step(model_cfg, optimizer: optax.GradientTransformation, chunk_size: int):
-    """Jitted `(state, tokens, attention_mask, completion_mask) -> (state, metrics)`, state donated."""
+def make_sft_step(model_cfg, optimizer: optax.GradientTransformation, chunk_size: int, layout=None, state=None):
+    """Jitted `(state, tokens, attention_mask, completion_mask) -> (state, metrics)`, state donated; with a
+    `parallel.layout.Layout` (and the `state` whose shardings it keeps), compiled on the learner mesh
+    (`Layout.jit_step`)."""
     loss_fn = functools.partial(sft_loss, model_cfg, chunk_size)
 
     def step(state: SFTState, tokens, attention_mask, completion_mask):
@@ -41,4 +43,6 @@ def make_sft_step(model_cfg, optimizer: optax.GradientTransformation, chunk_size
         params = lora.with_trainable(state.params, optax.apply_updates(trainable, updates))
         return SFTState(params=params, opt_state=opt_state), {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
+    if layout is not None:
+        return layout.jit_step(step, state, batch_argnums=(1, 2, 3))
     return jax.jit(step, donate_argnums=0)
