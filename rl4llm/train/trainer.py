@@ -794,7 +794,8 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
         if state.selection is not None:  # host-side again
             state = state.replace(selection=selection_lib.as_numpy(state.selection))
         print(f"resuming RL from step {start}", flush=True)
-    programs = build_rl_programs(config, setup, optimizer, critic_optimizer, prm_optimizer, state=state)
+    programs = build_rl_programs(config, setup, optimizer, critic_optimizer, prm_optimizer,
+                                 state=state.replace(selection=None))  # the jitted updates' state
     end = rl.steps if stop_after_step is None else min(rl.steps, stop_after_step)
     for step in range(start + 1, end + 1):
         state, step_metrics = step_fn(config, setup, programs, state, step - 1)
