@@ -120,6 +120,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl.proxy_min_p = 0.02  # Lp-Reg: min-p of the proxy distribution (losses that need proxy_logp)
     c.rl.tis_cap = 0.0  # > 0: truncated importance sampling min(pi_learner/pi_sampler, cap) on the policy loss
     c.rl.tis_level = "token"  # "token" | "sequence"
+    # True: the sampler generates the next batches in a background thread with params up to max_staleness RL steps
+    # old (train.async_rollouts: decoupled PPO, the behaviour mismatch corrected by TIS, so tis_cap must be > 0)
+    c.rl.async_rollouts = False
+    c.rl.max_staleness = 1  # async: most RL steps between the params that generated a batch and those learning on it
     c.rl.ppo_epochs = 1
     c.rl.num_minibatches = 1
     c.rl.micro_batch_size = 0  # 0: the whole minibatch at once; else gradient accumulation

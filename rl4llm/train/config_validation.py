@@ -256,6 +256,14 @@ def _control_errors(config) -> list[str]:
     _check_range(errors, config, "rl.proxy_min_p", 0.0, 1.0, low_open=True)
     _check_range(errors, config, "rl.tis_cap", 0.0, 1e9)
     _check_choice(errors, config, "rl.tis_level", {"token", "sequence"})
+    if not isinstance(rl.async_rollouts, bool):
+        errors.append(f"config.rl.async_rollouts={rl.async_rollouts!r}: must be True or False")
+    _check_positive_int(errors, config, "rl.max_staleness")
+    if rl.async_rollouts is True and isinstance(rl.tis_cap, (int, float)) and rl.tis_cap <= 0:
+        errors.append(
+            f"config.rl.tis_cap={rl.tis_cap!r}: asynchronous rollouts (config.rl.async_rollouts=True) learn from "
+            "older params' samples; set a truncated-IS cap > 0 (e.g. 2.0) to correct for the sampler mismatch"
+        )
     if isinstance(rl.kl_coef, (int, float)) and rl.kl_coef <= 0:
         for path, value, what in (
             ("rl.kl_in_reward", rl.kl_in_reward, "puts the KL penalty in the reward"),
