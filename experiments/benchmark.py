@@ -7,6 +7,8 @@ r"""The benchmark workloads of shared/bench/WORKLOADS.md, on the project's own s
     python -m experiments.benchmark --memory_probe --model small --probe_micro_batch_size 8
     python -m experiments.benchmark --memory_probe --model small --remat none --attention_query_chunk 0
     python -m experiments.benchmark --workload reward_throughput --reward_workers 2
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m experiments.benchmark --workload grpo_step \
+        --model tiny --mesh 2,2,2
 
 Prints ONE JSON line, then a short human table.
 
@@ -31,6 +33,9 @@ Timing (medians over --steps timed steps after one warm-up step; every phase end
              step (whose jit calls reuse those executables).
 No stop tokens are configured, so every row gets exactly max_new_tokens tokens and EOS plays no
 part; the pad id is 0 and prompts are drawn from [1, V), so no prompt token is padding.
+
+--mesh data,fsdp,tensor: the workload on a device mesh (rl4llm.parallel; -1 = the rest): state sharded by the
+logical-axis rules, learner step on the mesh (`Layout.jit_step`), sampler on the same mesh (`Layout.generate`).
 
 --memory_probe: one learner step on N=64 rows of 32 prompt + 1024 completion random tokens (no
 generation), AOT-compiled so that `memory_analysis()` reports the program's temp buffers, compared
@@ -58,6 +63,7 @@ import flax
 import jax
 import jax.numpy as jnp
 import jaxlib
+import ml_collections
 import numpy as np
 import optax
 
@@ -67,6 +73,8 @@ from rl4llm.rewards import sandbox
 from rl4llm.models import config as model_config
 from rl4llm.models import value_head
 from rl4llm import sampling
+from rl4llm.parallel import layout as layout_lib
+from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.rl import registry
 from rl4llm.rl import advantages as advantages_lib
 from rl4llm.train import batches
@@ -124,6 +132,8 @@ _REMAT = flags.DEFINE_enum("remat", None, list(model_config.REMAT_MODES),
                            "Override ModelConfig.remat of the preset (what the backward pass keeps per block).")
 _QUERY_CHUNK = flags.DEFINE_integer("attention_query_chunk", None, "Override ModelConfig.attention_query_chunk "
                                     "of the preset (0 = unchunked attention).", lower_bound=0)
+_MESH = flags.DEFINE_string("mesh", "", "data,fsdp,tensor sizes of a device mesh (-1 = the rest), e.g. 2,2,2; "
+                            "'' = no mesh (plain jit on the default device).")
 _PROBE_EXECUTE = flags.DEFINE_bool("probe_execute", True,
                                    "Memory probe: also run the step (else only compile and analyse it).")
 
@@ -226,9 +236,13 @@ def grpo_advantages(scores: jax.Array, group_ids: jax.Array, mask: jax.Array, *,
     return adv[:, None] * mask
 
 
-def generate_and_score(model_cfg, wl: Workload, params, prompts, key) -> tuple[sampling.Rollout, np.ndarray]:
-    """Samples the completions, copies them to the host and scores them there."""
-    rollout = sampling.generate(model_cfg, params, *prompts, key, sampling_config(wl))
+def generate_and_score(model_cfg, wl: Workload, params, prompts, key, layout=None
+                       ) -> tuple[sampling.Rollout, np.ndarray]:
+    """Samples the completions (on the layout's sampler mesh when given), copies them to the host and scores them."""
+    if layout is None:
+        rollout = sampling.generate(model_cfg, params, *prompts, key, sampling_config(wl))
+    else:
+        rollout = layout.generate(params, *prompts, key, sampling_config(wl))
     tokens, mask = jax.device_get((rollout.completion_tokens, rollout.completion_mask))
     return rollout, even_fraction_reward(tokens, mask)
 
@@ -262,16 +276,18 @@ class Programs:
     learner_step: Callable | None = None  # (state, batch, key) -> (state, metrics), state donated
     values_fn: Callable | None = None  # (critic params, params, tokens, attention_mask) -> values [N, T]
     critic_step: Callable | None = None  # (state, critic batch) -> (state, metrics), state donated
+    layout: layout_lib.Layout | None = None  # --mesh: where the state lives and the programs run
 
 
-def make_programs(model_cfg, wl: Workload, optimizer, logprob_chunk_size: int) -> Programs:
+def make_programs(model_cfg, wl: Workload, optimizer, logprob_chunk_size: int, layout=None, state=None) -> Programs:
+    """The workload's programs; with a `layout` (and the sharded `state`), the learner step on its mesh."""
     if not wl.learn:
-        return Programs()
-    learner_step = learner.make_learner_step(model_cfg, learner_config(logprob_chunk_size), optimizer)
+        return Programs(layout=layout)
+    learner_step = learner.make_learner_step(model_cfg, learner_config(logprob_chunk_size), optimizer, layout, state)
     if not wl.critic:
-        return Programs(learner_step)
+        return Programs(learner_step, layout=layout)
     return Programs(learner_step, critic_lib.make_values_fn(model_cfg, wl.new_tokens),
-                    critic_lib.make_critic_step(model_cfg, CRITIC_CONFIG, make_optimizer()))
+                    critic_lib.make_critic_step(model_cfg, CRITIC_CONFIG, make_optimizer()), layout)
 
 
 def critic_update(programs: Programs, state: learner.TrainState, rollout: sampling.Rollout, scores: jax.Array
@@ -301,7 +317,8 @@ def timed_step(model_cfg, wl: Workload, programs: Programs, state: learner.Train
     The sampler draws from fold_in(key, 0); the learner step gets fold_in(key, 1).
     """
     t0 = time.perf_counter()
-    rollout, scores = generate_and_score(model_cfg, wl, state.params, prompts, jax.random.fold_in(key, 0))
+    rollout, scores = generate_and_score(model_cfg, wl, state.params, prompts, jax.random.fold_in(key, 0),
+                                         programs.layout)
     t_gen = time.perf_counter()
     times = {"gen_s": t_gen - t0}
     if wl.learn:
@@ -325,7 +342,11 @@ def compile_seconds(model_cfg, wl: Workload, programs: Programs, state: learner.
     The jit calls of the steps that follow find these executables in JAX's compilation cache.
     """
     t0 = time.perf_counter()
-    lowered = sampling.generate.lower(model_cfg, state.params, *prompts, key, sampling_config(wl))
+    if programs.layout is None:
+        lowered = sampling.generate.lower(model_cfg, state.params, *prompts, key, sampling_config(wl))
+    else:
+        sampler_inputs = programs.layout.sampler_inputs(state.params, *prompts, key)
+        lowered = programs.layout.generate_program(sampling_config(wl)).lower(*sampler_inputs)
     lowered.compile()
     if programs.learner_step is not None:
         rollout = lowered.out_info
@@ -378,19 +399,26 @@ def summarize(wl: Workload, model: str, compile_s: float, timed: list[dict[str, 
 
 
 def run_workload(model_cfg: models.ModelConfig, model: str, wl: Workload, steps: int, seed: int,
-                 logprob_chunk_size: int = 128) -> dict:
-    """AOT compilation, one warm-up step, then `steps` timed steps of `wl`; returns the JSON record."""
+                 logprob_chunk_size: int = 128, mesh: str = "") -> dict:
+    """AOT compilation, one warm-up step, then `steps` timed steps of `wl`; returns the JSON record.
+    `mesh` "data,fsdp,tensor": on that device mesh (shared by the learner and the sampler)."""
     key = jax.random.key(seed)
     optimizer = make_optimizer() if wl.learn else None
     state = jax.block_until_ready(init_state(model_cfg, key, optimizer, critic=wl.critic))
-    programs = make_programs(model_cfg, wl, optimizer, logprob_chunk_size)
+    layout = None
+    if mesh:
+        sizes = dict(zip(mesh_lib.MESH_AXES, map(int, mesh.split(","))))
+        meshes = mesh_lib.meshes_from_config(ml_collections.ConfigDict({**sizes, "sampler": "shared"}))
+        layout = layout_lib.Layout(meshes, model_cfg)
+        state = jax.block_until_ready(layout.shard_state(state))
+    programs = make_programs(model_cfg, wl, optimizer, logprob_chunk_size, layout, state)
     prompts = random_prompts(wl, model_cfg.vocab_size, seed)
     compile_s = compile_seconds(model_cfg, wl, programs, state, prompts, key)
     times = []
     for step in range(steps + 1):
         state, step_times = timed_step(model_cfg, wl, programs, state, prompts, jax.random.fold_in(key, step))
         times.append(step_times)
-    return summarize(wl, model, compile_s, times[1:])
+    return {**summarize(wl, model, compile_s, times[1:]), **({"mesh": mesh} if mesh else {})}
 
 
 def probe_batch(wl: Workload, vocab_size: int, seed: int) -> learner.LearnerBatch:
@@ -472,7 +500,7 @@ def main(argv):
     else:
         steps = _STEPS.value or default_steps(_MODEL.value)
         record = run_workload(model_cfg, _MODEL.value, WORKLOADS[_WORKLOAD.value], steps, _SEED.value,
-                              _CHUNK.value)
+                              _CHUNK.value, _MESH.value)
     print(json.dumps(record), flush=True)
     print(table(record), flush=True)
 

@@ -78,11 +78,9 @@ class Layout:
     def _generate_programs(self) -> dict:
         return {}
 
-    def generate(self, params: Any, prompt_tokens, prompt_mask, key: jax.Array,
-                 sampling_cfg: sampling.SamplingConfig) -> sampling.Rollout:
-        """`sampling.generate` on the sampler mesh; `params` are the LEARNER's (resharded here), prompt_tokens /
-        prompt_mask [N, P] host or device arrays, `key` a PRNG key. The Rollout comes back replicated on the
-        learner mesh (readable by every process; the learner's steps split its rows)."""
+    def generate_program(self, sampling_cfg: sampling.SamplingConfig) -> Callable:
+        """The jitted `sampling.generate` of `sampling_cfg` on the sampler mesh (compiled once per config), taking
+        `sampler_inputs(...)` and returning the Rollout replicated on the sampler mesh."""
         program = self._generate_programs.get(sampling_cfg)
         if program is None:
             mesh = self.meshes.sampler
@@ -93,11 +91,25 @@ class Layout:
 
             program = jax.jit(generate, out_shardings=rules_lib.replicated(mesh))
             self._generate_programs[sampling_cfg] = program
-        rows = self.sampler_batch if prompt_tokens.shape[0] % self.sampler_batch.num_devices == 0 else None
-        rows = rows or rules_lib.replicated(self.meshes.sampler)  # e.g. ReMax's B greedy prompts on many devices
+        return program
+
+    def sampler_inputs(self, params: Any, prompt_tokens, prompt_mask, key: jax.Array) -> tuple:
+        """(params, prompt_tokens, prompt_mask, key) placed for the sampler: the learner's params resharded
+        (`sampler_params`), the prompts' rows over the sampler's batch axes (replicated when they do not divide,
+        e.g. ReMax's B greedy prompts), the key replicated."""
+        rows = self.sampler_batch
+        if prompt_tokens.shape[0] % rows.num_devices:
+            rows = rules_lib.replicated(self.meshes.sampler)
         prompts = rules_lib.place((prompt_tokens, prompt_mask), rows)
         key = rules_lib.place(key, rules_lib.replicated(self.meshes.sampler))
-        rollout = program(self.sampler_params(params), *prompts, key)
+        return (self.sampler_params(params), *prompts, key)
+
+    def generate(self, params: Any, prompt_tokens, prompt_mask, key: jax.Array,
+                 sampling_cfg: sampling.SamplingConfig) -> sampling.Rollout:
+        """`sampling.generate` on the sampler mesh; `params` are the LEARNER's (resharded here), prompt_tokens /
+        prompt_mask [N, P] host or device arrays, `key` a PRNG key. The Rollout comes back replicated on the
+        learner mesh (readable by every process; the learner's steps split its rows)."""
+        rollout = self.generate_program(sampling_cfg)(*self.sampler_inputs(params, prompt_tokens, prompt_mask, key))
         return rollout if self.meshes.shared else rules_lib.place(rollout, rules_lib.replicated(self.meshes.learner))
 
 
