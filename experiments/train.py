@@ -8,7 +8,7 @@ r"""The main job: SFT warm start then RL on a built-in task, with Orbax checkpoi
 
 Re-running with the same --workdir resumes from the newest readable checkpoint.
 Several hosts (TPU pod slice, GPU cluster): the same command on every host with --config.distributed.initialize=True
-(configs/default.py, "distributed") and a --workdir every host sees (e.g. NFS or a gs:// bucket).
+(configs/default.py, "distributed") and a --workdir every host sees (an NFS or gcsfuse mount).
 Writes <workdir>/metrics.jsonl, TensorBoard events under <workdir>/tensorboard, and summary.json.
 """
 

@@ -98,6 +98,13 @@ def main():
         assert q.sharding.spec == P(fsdp, tensor, None), (shape, q.sharding)
         assert down.sharding.spec == P(tensor, fsdp), (shape, down.sharding)
         assert new_state.params["embed"].sharding.spec == P(tensor, fsdp), (shape, new_state.params["embed"].sharding)
+        # Optimizer state is sharded like the params it mirrors (Adam's mu / nu); counters are replicated.
+        adam_state = learner.TrainState(params=host_state.params, opt_state=optax.adam(1e-3).init(host_state.params),
+                                        ref_params=None, key=host_state.key)
+        shardings = layout.state_shardings(adam_state)
+        for moment in (shardings.opt_state[0].mu, shardings.opt_state[0].nu):
+            assert moment["layers"][0]["attn"]["q_proj"]["kernel"].spec == P(fsdp, tensor, None), (shape, moment)
+        assert shardings.opt_state[0].count.spec == P(), shape
 
         rollout = jax.device_get(layout.generate(state_params(layout, host_state),
                                                  *prompts, jax.random.key(5), SAMPLING))
