@@ -48,13 +48,14 @@ def test_load_evals_in_run_order_and_pass_at_k_curve(tmp_path):
 
 
 def test_markdown_table_hand_case():
-    table = runs.markdown_table({"a": {"acc": 0.5, "note": "x|y"}, "b": {"acc": 1, "steps": 3}}, ["acc", "steps", "note"])
+    table = runs.markdown_table({"a": {"acc": 0.5, "note": "x|y"}, "b": {"acc": 1.0, "steps": 3}}, ["acc", "steps", "note"])
     assert table == "\n".join([
         "| run | acc | steps | note |",
         "|---|---|---|---|",
         "| a | 0.500 |  | x\\|y |",
-        "| b | 1.000 | 3.000 |  |",
+        "| b | 1.000 | 3 |  |",
     ])
+    assert runs.markdown_table({"0": {"r": True}}, ["r"], label="#").startswith("| # | r |\n|---|---|\n| 0 | True |")
 
 
 def test_missing_files_name_the_workdir(tmp_path):

@@ -29,6 +29,8 @@ import numpy as np
 from rl4llm.train import metrics as metrics_lib
 
 STAGES = ("sft", "rl")  # in run order
+# The checkout this package runs from (pip install -e): its configs/ and experiments/.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _require(workdir: str, name: str, written_by: str) -> str:
@@ -53,9 +55,7 @@ def _default_config() -> ml_collections.ConfigDict:
     """`get_config()` of the checkout's configs/default.py (the package is used from its checkout: pip install -e)."""
     import importlib.util
 
-    import rl4llm
-
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(rl4llm.__file__))), "configs", "default.py")
+    path = os.path.join(REPO_ROOT, "configs", "default.py")
     spec = importlib.util.spec_from_file_location("rl4llm_default_config", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -86,15 +86,15 @@ def series(metrics: dict[str, np.ndarray], key: str) -> tuple[np.ndarray, np.nda
     return metrics["step"][finite], metrics[key][finite]
 
 
-def markdown_table(rows: dict[str, dict], columns: Sequence[str], fmt: str = "{:.3f}") -> str:
-    """A Markdown table: one row per `rows` label, one column per key of `columns` ("" where a row lacks it)."""
+def markdown_table(rows: dict[str, dict], columns: Sequence[str], fmt: str = "{:.3f}", label: str = "run") -> str:
+    """A Markdown table: a `label` column of the `rows` keys, then one column per key of `columns` (floats in
+    `fmt`, other values as str, "" where a row lacks the key)."""
 
     def cell(value) -> str:
-        text = fmt.format(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
-        return text.replace("|", "\\|")
+        return (fmt.format(value) if isinstance(value, float) else str(value)).replace("|", "\\|")
 
-    lines = ["| run | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    lines += [f"| {label} | " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for label, row in rows.items()]
+    lines = [f"| {label} | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for name, row in rows.items()]
     return "\n".join(lines)
 
 
