@@ -10,7 +10,7 @@ mesh axes (`models.sharding.partition_spec` drops the ones that do not fit a giv
   vocab, heads, kv_heads, mlp -> tensor    tensor parallelism (Megatron layout)
   head_dim -> replicated
 
-The params live in dicts keyed by layer index (no stacked `layers` axis is stored), so no rule is needed
+(`RULES` is `models.sharding.DEFAULT_RULES`, the table the HF import places tensors with.) The params live in dicts keyed by layer index (no stacked `layers` axis is stored), so no rule is needed
 for it. Optimizer state, reference params, the critic's trunk and head and the PRM's params are sharded
 like the params they mirror: a state leaf whose key path ENDS with a param's key path (e.g.
 `opt_state[1][0].mu["layers"][0]["attn"]["q_proj"]["kernel"]`) gets that param's logical axes; every other
