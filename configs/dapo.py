@@ -7,9 +7,10 @@ def get_config():
     """DAPO's objective: PPO-clip with ε_low = 0.2, ε_high = 0.28 ("clip-higher"), dual-clip c = 10 for A < 0,
     token-mean aggregation (1/Σ|o_i| Σ_i Σ_t), GRPO advantages, no KL and no entropy bonus (verl DAPO recipe).
 
-    Not here yet: DAPO's dynamic sampling (drop all-correct / all-wrong groups and refill) belongs to the
-    data-selection issue, and its soft overlong punishment to the rewards issue; the paper's G = 16 and its
-    batch sizes are left at this repository's defaults (set e.g. --config.rl.num_generations=16).
+    Not on here: DAPO's dynamic sampling (drop all-correct / all-wrong groups and refill:
+    --config.selection.method=dynamic_sampling, configs/dynamic_sampling.py) and its soft overlong punishment
+    (--config.task.length_shaping=dapo_overlong); the paper's G = 16 and its batch sizes are left at this repository's
+    defaults (set e.g. --config.rl.num_generations=16).
 
     Run:
         python -m experiments.train --config=configs/dapo.py --workdir=/tmp/rl4llm/dapo
