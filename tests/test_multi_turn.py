@@ -299,10 +299,10 @@ def agent_config(**overrides):
     c.agent.eval_tasks = 4
     c.sft.steps = 2
     c.sft.batch_size = 4
-    c.rl.steps = 3
+    c.rl.steps = 2
     c.rl.num_prompts = 2
     c.rl.num_generations = 2
-    c.eval.every = 3
+    c.eval.every = 2
     c.log_every = 1
     c.checkpoint.every = 1
     c.update_from_flattened_dict({f"rl.{k}": v for k, v in overrides.items()})
@@ -340,11 +340,11 @@ def test_igpo_agent_run_resumes_exactly(tmp_path):
     config = agent_config(advantage="igpo")
     full, resumed = str(tmp_path / "full"), str(tmp_path / "resumed")
     agent_trainer.run(config, full)
-    shutil.copytree(os.path.join(full, "checkpoints", "sft"), os.path.join(resumed, "checkpoints", "sft"))
-    shutil.copytree(os.path.join(full, "tokenizer"), os.path.join(resumed, "tokenizer"))
-    agent_trainer.run(config, resumed, stop_after_rl_step=2)  # reuses the SFT stage; interrupted after step 2
-    assert max(records(resumed)) == 2
+    # The run as interrupted after RL step 1: its workdir with the SFT stage and RL checkpoint 1 only.
+    shutil.copytree(full, resumed)
+    shutil.rmtree(os.path.join(resumed, "checkpoints", "rl", "2"))
+    os.remove(os.path.join(resumed, "metrics.jsonl"))
     summary = agent_trainer.run(config, resumed)
-    assert summary["rl_steps"] == 3
-    assert records(resumed)[3] == records(full)[3]
-    assert {"eval/success", "eval/valid_action", "success", "num_turns", "loss/pg"} <= set(records(full)[3])
+    assert summary["rl_steps"] == 2 and sorted(records(resumed)) == [2]
+    assert records(resumed)[2] == records(full)[2]
+    assert {"eval/success", "eval/valid_action", "success", "num_turns", "loss/pg"} <= set(records(full)[2])
