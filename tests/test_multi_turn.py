@@ -348,3 +348,19 @@ def test_igpo_agent_run_resumes_exactly(tmp_path):
     assert summary["rl_steps"] == 2 and sorted(records(resumed)) == [2]
     assert records(resumed)[2] == records(full)[2]
     assert {"eval/success", "eval/valid_action", "success", "num_turns", "loss/pg"} <= set(records(full)[2])
+
+
+def test_agent_config_errors_name_the_field():
+    from rl4llm.train import config_validation
+
+    c = agent_config(advantage="bilevel_gae")
+    c.agent.turn_reward = "tool_succes:1"
+    c.agent.max_context = 0
+    c.agent.guess_number.max_turns = 1
+    with pytest.raises(config_validation.ConfigError) as e:
+        config_validation.validate(c)
+    message = str(e.value)
+    for field in ("config.rl.advantage='bilevel_gae'", "config.agent.max_context=0", "guess_number", "max_turns=1"):
+        assert field in message, field
+    for advantage in ("grpo", "mt_grpo", "igpo", "gtpo"):
+        config_validation.validate(agent_config(advantage=advantage))

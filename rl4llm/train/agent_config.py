@@ -41,24 +41,9 @@ def is_agent_config(config) -> bool:
 def agent_config_errors(config) -> list[str]:
     """Errors of the `config.agent` section (config_validation reports them with the rest)."""
     agent, errors = config.agent, []
-    if agent.env not in envs_lib.ENVS:
-        return [f"config.agent.env={agent.env!r}: unknown env; known: {', '.join(sorted(envs_lib.ENVS))}"]
-    try:
-        env_cfg = envs_lib.build_config(agent.env, agent[agent.env], config.seed)
-    except (TypeError, ValueError) as e:
-        return [f"config.agent.{agent.env}: {e}"]
-    env = envs_lib.ENVS[agent.env].env_cls(env_cfg)
     for field in ("max_action_tokens", "max_obs_tokens", "max_context", "obs_bucket", "record_bucket", "eval_tasks"):
         if not isinstance(agent[field], int) or agent[field] < 1:
             errors.append(f"config.agent.{field}={agent[field]!r}: must be a positive integer")
-    for field, keys in (("turn_reward", env.turn_reward_keys), ("outcome_reward", env.outcome_keys)):
-        try:
-            unknown = set(combine_lib.parse_weights(agent[field])) - set(keys)
-            if unknown:
-                errors.append(f"config.agent.{field}: unknown component(s) {sorted(unknown)} of env {agent.env!r}; "
-                              f"known: {', '.join(keys)}")
-        except ValueError as e:
-            errors.append(f"config.agent.{field}={agent[field]!r}: {e}")
     if not 0.0 <= agent.expert_noise <= 1.0:
         errors.append(f"config.agent.expert_noise={agent.expert_noise}: must be in [0, 1]")
     if agent.answer_template.count("{}") != 1:
@@ -69,4 +54,18 @@ def agent_config_errors(config) -> list[str]:
     if config.rl.advantage in registry.RETURNS_VALUE_TARGETS or config.rl.advantage == "prime":
         errors.append(f"config.rl.advantage={config.rl.advantage!r}: critic / PRM estimators are not wired into the "
                       "agent loop yet; use grpo, mt_grpo, igpo or gtpo")
+    if agent.env not in envs_lib.ENVS:
+        return errors + [f"config.agent.env={agent.env!r}: unknown env; known: {', '.join(sorted(envs_lib.ENVS))}"]
+    try:  # the env's own checks name the field (config.agent.<env>.<knob>)
+        env = envs_lib.ENVS[agent.env].env_cls(envs_lib.build_config(agent.env, agent[agent.env], config.seed))
+    except (TypeError, ValueError) as e:
+        return errors + [str(e) if str(e).startswith("config.") else f"config.agent.{agent.env}: {e}"]
+    for field, keys in (("turn_reward", env.turn_reward_keys), ("outcome_reward", env.outcome_keys)):
+        try:
+            unknown = set(combine_lib.parse_weights(agent[field])) - set(keys)
+            if unknown:
+                errors.append(f"config.agent.{field}: unknown component(s) {sorted(unknown)} of env {agent.env!r}; "
+                              f"known: {', '.join(keys)}")
+        except ValueError as e:
+            errors.append(f"config.agent.{field}={agent[field]!r}: {e}")
     return errors
