@@ -18,6 +18,7 @@ from tests.test_train import tiny_config
 
 RECIPES = (
     "grpo",
+    "grpo_async",
     "dr_grpo",
     "dapo",
     "rloo",
