@@ -11,7 +11,10 @@ def get_config():
     Advantages: leave-one-out on each reward source (process rewards and the outcome), weighted 5 and 5 (the
     recipe's reward_dpo_coef / reward_gt_coef), summed, γ = 1 return-to-go, whitened over the batch; PPO-clip
     loss, no KL. K = 4 samples per prompt (the paper's), 64 prompts (256 completions per step, as the default
-    job). Not implemented here: the paper's online accuracy filter (keep prompts with accuracy in [0.2, 0.8]).
+    job). The paper's online accuracy filter: `selection.method="accuracy_band"` keeps the groups whose accuracy
+    lies in [selection.acc_low, acc_high] = [0.2, 0.8], generating up to selection.max_gen_rounds = 3 rounds of
+    64 prompts to fill the batch; groups completing it at the round bound are masked out, so the PRM and the
+    policy train on in-band groups only.
 
     Run:
         python -m experiments.train --config=configs/prime.py --workdir=/tmp/rl4llm/prime
@@ -25,4 +28,5 @@ def get_config():
     c.rl.num_prompts = 64
     c.rl.num_generations = 4
     c.prime.beta = 0.05
+    c.selection.method = "accuracy_band"  # acc_low / acc_high default to PRIME's 0.2 / 0.8
     return c

@@ -8,6 +8,7 @@ import importlib
 import math
 import shutil
 
+import numpy as np
 import pytest
 
 from configs import default
@@ -50,6 +51,9 @@ def shrink(config):
     config.critic.warmup_steps = min(config.critic.warmup_steps, RL_STEPS - 1)  # the actor updates at least once
     config.selection.pool_size = min(config.selection.pool_size, 32)  # the tiny task has ~80 training prompts
     config.selection.replay_capacity = min(config.selection.replay_capacity, 8)
+    # accuracy_band (PRIME): the tiny model solves almost nothing, so keep all-fail groups (a step whose groups
+    # were all masked out would train on no token and log NaN token statistics)
+    config.selection.acc_low = 0.0
     return config
 
 
@@ -137,6 +141,44 @@ def test_prime_trains_its_prm_online(sft_workdir, tmp_path):
     # step 1: π_φ = π_ref, so every sequence reward is 0 and the cross-entropy is exactly log 2
     assert abs(records[1]["prm/loss"] - math.log(2)) < 1e-6
     assert abs(records[2]["prm/loss"] - math.log(2)) > 1e-4  # not log 2 any more: the PRM was updated
+
+
+def _even_answers_always_right(completion: str, answer: str) -> float:
+    """All-correct groups (accuracy 1, outside PRIME's band) for even answers, about half right for odd ones."""
+    return 1.0 if int(answer) % 2 == 0 else float(len(completion) % 2 == 0)
+
+
+def test_prime_trains_only_on_groups_in_the_accuracy_band(sft_workdir, tmp_path, monkeypatch):
+    """The PRIME recipe's accuracy filter: every group the PRM and the policy train on has accuracy in [0.2, 0.8];
+    the out-of-band groups completing the batch at the round bound have empty masks and zero advantages."""
+    from configs import prime
+    from rl4llm import rewards
+
+    monkeypatch.setitem(rewards.REWARDS, "even_answers_always_right", _even_answers_always_right)
+    recipe = prime.get_config()
+    assert (recipe.selection.method, recipe.selection.acc_low, recipe.selection.acc_high) == ("accuracy_band", 0.2, 0.8)
+    config = shrink(recipe)
+    config.selection.acc_low = recipe.selection.acc_low  # the recipe's band (shrink widens it for the smoke runs)
+    config.task.reward = "even_answers_always_right"
+    config.selection.max_gen_rounds = 1  # one round: out-of-band groups must complete the batch
+    collect, seen = trainer.collect_rollouts, []
+    monkeypatch.setattr(trainer, "collect_rollouts", lambda *a, **k: seen.append(collect(*a, **k)) or seen[-1])
+    shutil.copytree(sft_workdir, tmp_path / "prime_band")
+    trainer.run(config, str(tmp_path / "prime_band"))  # a step with every group masked out logs NaN token stats
+    assert len(seen) == RL_STEPS
+    b, g = config.rl.num_prompts, config.rl.num_generations
+    trained_groups = masked_groups = 0
+    for rollouts in seen:
+        mask = np.asarray(rollouts.batch.completion_mask)
+        np.testing.assert_array_equal(rollouts.prm_batch.completion_mask, mask)  # the PRM sees the same rows
+        accuracy = np.asarray(rollouts.prm_batch.labels).reshape(b, g).mean(axis=1)
+        trained = mask.reshape(b, -1).any(axis=1)
+        in_band = (accuracy >= 0.2) & (accuracy <= 0.8)
+        np.testing.assert_array_equal(trained, in_band)
+        assert not np.any(np.asarray(rollouts.batch.advantages).reshape(b, -1)[~trained])
+        assert rollouts.host_metrics["selection/filled_with_dropped"] == np.sum(~trained)
+        trained_groups, masked_groups = trained_groups + trained.sum(), masked_groups + (~trained).sum()
+    assert trained_groups > 0 and masked_groups > 0  # both kinds of group occurred
 
 
 def test_ppo_shared_trunk_with_minibatches_runs_without_nans(sft_workdir, tmp_path):

@@ -10,7 +10,7 @@ groups, and returns the step's training rows (N = num_prompts x num_generations)
 
 Shapes stay static: every round generates the full num_prompts x num_generations rows, hint rounds a power-of-two
 number of groups, and the step's rows always number N (a refill that hits the round bound is completed with
-dropped groups).
+dropped groups; under `accuracy_band` their completion masks are emptied, so no loss trains on them).
 """
 
 from __future__ import annotations
@@ -193,7 +193,12 @@ class Selector:
         return rows, metrics
 
     def _collect_refill(self, step: int, key, generate: GenerateFn) -> Collected:
-        """DAPO dynamic sampling / PRIME accuracy band: rounds of B fresh prompts until B groups are kept."""
+        """DAPO dynamic sampling / PRIME accuracy band: rounds of B fresh prompts until B groups are kept.
+
+        PRIME trains its PRM and the policy only on groups inside the band; its estimators give out-of-band groups
+        non-zero advantages (process rewards), so under `accuracy_band` the dropped groups that complete the batch at
+        the round bound keep their rows (static shapes) with empty completion masks. Under `dynamic_sampling` they
+        are trained on as they are (all-equal rewards: zero group-relative advantage)."""
         b, g = self.num_prompts, self.num_generations
         # A smaller request of the stream is a prefix of a larger one: round 0 = the uniform step's prompts.
         examples = self.stream_examples(step, b * self.sel.max_gen_rounds)
@@ -221,7 +226,10 @@ class Selector:
             "selection/filled_with_dropped": float(b - kept),
             "selection/generated_reward": float(generated.scores.mean()),
         })
-        return self._finish(concat(parts, self.pad_id), metrics, generated=generated)
+        collected = self._finish(concat(parts, self.pad_id), metrics, generated=generated)
+        if self.method == "accuracy_band":
+            collected.rows.completion_mask[kept * g :] = False  # chosen groups after the kept ones: out of band
+        return collected
 
     def _collect_targeted(self, state, step: int, key, generate: GenerateFn) -> tuple[Collected, object]:
         """DOTS / BOTS from the pool, with rollout replay when configured."""
