@@ -358,6 +358,7 @@ def test_dots_with_replay_resumes_exactly(tmp_path, monkeypatch, warm_start):
         assert a == b, step
     # Replay was exercised: the buffer filled and half of a later step's groups were replayed.
     assert records[3]["selection/replayed_groups"] == 2 and records[3]["selection/buffer_size"] >= 2
+    assert records[3]["selection/generated_rollouts"] == 2 * 4  # only the fresh groups were generated
     ckpt = checkpointing.Checkpointer(os.path.join(full, "checkpoints", "rl"))
     saved = checkpointing.state_signature(ckpt._manager.item_metadata(3)["state"])  # pylint: disable=protected-access
     assert saved["selection.success"] == (16,) and saved["selection.replay.behaviour_logp"] == (8, 4, 12)
