@@ -11,7 +11,11 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/grpo_async.py --workdir=/tmp/rl4llm/grpo_async
-    Result: not yet recorded.
+    Result (50 RL steps from one shared SFT-450 checkpoint, default job otherwise; 2 shared CPU cores at load ~16,
+    so timings are contention-bound): held-out greedy accuracy 0.533 -> 0.590 (step 25) -> 0.715 (step 50),
+    synchronous 0.533 -> 0.623 -> 0.736; pass@4 0.838 vs 0.850. Throughput: 22.9 s vs 23.4 s per RL step
+    (276 vs 270 generated tokens/s): the learner never waited for a batch (time/wait_s = 0), but on two shared
+    CPU cores the background sampler takes the learner's cores (generation 7.9 s vs 4.4 s, learner 22.9 s vs 18.9 s).
     """
     c = default.get_config()
     c.rl.async_rollouts = True
