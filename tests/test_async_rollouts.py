@@ -88,6 +88,10 @@ def test_validation_names_the_fields():
     config = tiny_config(async_rollouts=True)  # tis_cap stays 0
     with pytest.raises(config_validation.ConfigError, match=r"config\.rl\.tis_cap=0\.0: asynchronous rollouts"):
         config_validation.validate(config)
+    config = tiny_config(async_rollouts=True, tis_cap=2.0)
+    config.distributed.initialize = True
+    with pytest.raises(config_validation.ConfigError, match=r"config\.rl\.async_rollouts=True: .*multi-host"):
+        config_validation.validate(config)
     config_validation.validate(tiny_config(async_rollouts=True, max_staleness=3, tis_cap=2.0))
 
 

@@ -264,6 +264,11 @@ def _control_errors(config) -> list[str]:
             f"config.rl.tis_cap={rl.tis_cap!r}: asynchronous rollouts (config.rl.async_rollouts=True) learn from "
             "older params' samples; set a truncated-IS cap > 0 (e.g. 2.0) to correct for the sampler mismatch"
         )
+    if rl.async_rollouts is True and config.distributed.initialize:
+        errors.append(
+            "config.rl.async_rollouts=True: the sampler thread and the learner launch programs in an order that "
+            "differs between hosts, which multi-host runs (config.distributed.initialize=True) cannot do; turn one off"
+        )
     if isinstance(rl.kl_coef, (int, float)) and rl.kl_coef <= 0:
         for path, value, what in (
             ("rl.kl_in_reward", rl.kl_in_reward, "puts the KL penalty in the reward"),
