@@ -340,7 +340,7 @@ class Selector:
         correct = np.bincount(fresh_ids, weights=rows.main[fresh], minlength=self.num_prompts)
         size = np.bincount(fresh_ids, minlength=self.num_prompts)
         present = size > 0
-        generated = rows if generated is None else generated
+        generated = take(rows, np.flatnonzero(fresh)) if generated is None else generated  # not the replayed rows
         lengths = rows.completion_mask[fresh].sum(-1)
         metrics.update({
             "reward": float(rows.scores[fresh].mean()),
