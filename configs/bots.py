@@ -12,7 +12,11 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/bots.py --workdir=/tmp/rl4llm/bots
-    Result: RESULT_PENDING
+    Reaches (1 seed, measured on a loaded 2-core CPU, commit 29a1de0; 25 RL steps from the default 450-step SFT
+    checkpoint, greedy accuracy on 256 held-out problems): 0.590, 0.625, 0.656, 0.656, 0.664 at steps 5..25
+    (uniform GRPO from the same checkpoint: 0.602, 0.660, 0.688, 0.707, 0.727), the same 6,400 rollouts. Not
+    better than uniform here: in 25 steps 16% of the pool is ever rolled out, so most picks are Thompson draws
+    from near-prior posteriors; a gap this size is within one seed's spread (not replicated).
     """
     c = default.get_config()
     c.selection.method = "bots"

@@ -14,7 +14,12 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/dots.py --workdir=/tmp/rl4llm/dots
-    Result: RESULT_PENDING
+    Reaches (1 seed, measured on a loaded 2-core CPU, commit 29a1de0; 25 RL steps from the default 450-step SFT
+    checkpoint, greedy accuracy on 256 held-out problems): 0.598, 0.629, 0.645, 0.648, 0.625 at steps 5..25
+    (uniform GRPO from the same checkpoint: 0.602, 0.660, 0.688, 0.707, 0.727) with 3,328 fresh rollouts
+    instead of 6,400 (7.7 of 16 groups per step replayed). Below uniform per step and per rollout here: with one
+    visit per prompt the pool statistics are too sparse (the never-measured prompts, predicted at the pool mean
+    ~0.5, are picked ~95% of the time), so the selection is near-uniform over the pool and replay is what differs.
     """
     c = default.get_config()
     c.selection.method = "dots"
