@@ -1,6 +1,6 @@
 """Multi-turn agent: guess the number with higher / lower feedback (rl4llm.envs.guess_number)."""
 
-from configs import default
+from configs import agent_kg_search
 
 
 def get_config():
@@ -22,23 +22,11 @@ def get_config():
 
     Result: not measured yet (the recipe is exercised for 2 RL steps by tests/test_multi_turn.py).
     """
-    c = default.get_config()
+    c = agent_kg_search.get_config()  # the same budgets and schedule; the env and its settings differ
     c.agent.env = "guess_number"
     c.agent.max_action_tokens = 20  # "<guess>63</guess>" is 17 characters
     c.agent.max_obs_tokens = 32
-    c.agent.max_context = 384
-    c.agent.record_bucket = 64  # few learner / SFT shapes (each one compiles)
-    c.agent.obs_bucket = 16
+    c.agent.record_bucket = 64
     c.agent.turn_reward = "info_gain:1"
     c.agent.answer_template = "<guess>{}</guess>"
-    c.agent.expert_noise = 0.2
-    c.sft.steps = 300
-    c.sft.batch_size = 32
-    c.rl.steps = 60
-    c.rl.num_prompts = 8
-    c.rl.num_generations = 8
-    c.rl.learning_rate = 1e-4
-    c.eval.every = 10
-    c.log_every = 5
-    c.checkpoint.every = 10
     return c

@@ -22,7 +22,12 @@ def get_config():
     Episode: "Q kavo boss pet\\n<search>kavo</search>=kavo: boss lumi, pal tize, pet sora\\n<search>lumi</search>
     =lumi: ...\\n<answer>bine</answer>". Model: the arith preset (4 layers, 128 wide) on the env's char tokenizer.
 
-    Result: README, "Multi-turn agents" (the three estimators from one shared warm start).
+    Measured (seed 0, a loaded 2-core CPU; README "Multi-turn agents"): after only 81 SFT steps (the budget of the
+    session; the recipe's 300 were not reached) the greedy warm start solves 0 of 64 held-out tasks and 19% of its
+    actions are valid (it has not learned to copy entity names). From it, 30 RL steps of 2 x 8 episodes:
+    grpo and mt_grpo (this turn reward) get zero gradient (every outcome and turn reward 0); igpo's normalised
+    information gains drive action validity to 0; mt_grpo with "valid_action:1,tool_success:1,gold_in_result:1"
+    raises validity to 0.65 (by answering early), success stays 0. A meaningful comparison needs a longer warm start.
     """
     c = default.get_config()
     c.agent.env = "kg_search"
