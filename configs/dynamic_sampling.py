@@ -12,7 +12,11 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/dynamic_sampling.py --workdir=/tmp/rl4llm/dynamic_sampling
-    Result: RESULT_PENDING
+    Reaches (1 seed, measured on a loaded 2-core CPU, commit 29a1de0; 25 RL steps from the default 450-step SFT
+    checkpoint, greedy accuracy on 256 held-out problems): 0.602, 0.664, 0.668, 0.664, 0.691 at steps 5..25
+    (uniform GRPO from the same checkpoint: 0.602, 0.660, 0.688, 0.707, 0.727), 1.92 generation rounds per step
+    (12,288 rollouts vs 6,400). With G = 16 and a warm start near 50% success only ~10% of uniform groups are
+    all-correct / all-wrong, so refilling buys little here; it matters for small G or very easy / hard data.
     """
     c = default.get_config()
     c.selection.method = "dynamic_sampling"
