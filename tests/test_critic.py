@@ -1,5 +1,8 @@
 """PPO critic: value head, critic step (separate and shared trunk), warm-up, explained variance, checkpoints."""
 
+import dataclasses
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +11,7 @@ import pytest
 
 from rl4llm import models
 from rl4llm.models import value_head
-from rl4llm.rl import losses
+from rl4llm.rl import aggregation, losses
 from rl4llm.train import critic as critic_lib
 from rl4llm.train import learner as learner_lib
 
@@ -104,32 +107,102 @@ def test_critic_step_is_invariant_to_micro_batching(params):
                  outs[0][0].critic.params, outs[1][0].critic.params)
 
 
+LCFG = learner_lib.LearnerConfig(loss="ppo_clip", loss_kwargs=(), agg_mode="token-mean", kl_coef=0.0, kl_kind="k3",
+                                 entropy_coef=0.0, temperature=1.0, micro_batch_size=0, logprob_chunk_size=4,
+                                 use_old_logp=False)
+HEAD = {"kernel": jnp.full((MODEL_CFG.hidden_size,), 0.1), "bias": jnp.asarray(0.0)}  # non-zero: the trunk gets ∇V
+
+
+def _shared_state(params, opt, copt):
+    s = _state(params, shared_trunk=True, critic_optimizer=copt, optimizer=opt)
+    return s.replace(critic=s.critic.replace(params={"head": jax.tree.map(jnp.copy, HEAD)}))
+
+
+def _two_pass_shared_trunk_step(lcfg, ccfg, opt, copt, state, ab, cb, key):
+    """Reference of the joint step with TWO decoder passes: the value loss's gradients w.r.t. the head and the
+    policy params from a forward of its own (`value_head.completion_values`), then the learner's policy gradients
+    plus value_loss_coef x the value gradient on the policy params."""
+    weights = aggregation.aggregation_weights(cb.completion_mask, ccfg.agg_mode)
+
+    def value_loss(critic_params, policy_params, mb, w):
+        values = value_head.completion_values(MODEL_CFG, critic_params, policy_params, mb.tokens, mb.attention_mask, T)
+        loss, m = losses.value_loss(values, mb.old_values, mb.returns, mb.completion_mask, clip=ccfg.cliprange_value,
+                                    agg_mode=ccfg.agg_mode, agg_weights=w)
+        return loss, m["vf_clip_frac"] * jnp.sum(mb.completion_mask)
+
+    m = ccfg.micro_batch_size or N
+    head_grads = trunk_grads = None
+    vf_loss = clipped = 0.0
+    for i in range(N // m):
+        rows = slice(i * m, (i + 1) * m)
+        (loss, clip), (gh, gt) = jax.value_and_grad(value_loss, argnums=(0, 1), has_aux=True)(
+            state.critic.params, state.params, jax.tree.map(lambda x: x[rows], cb), weights[rows])
+        head_grads = gh if head_grads is None else jax.tree.map(jnp.add, head_grads, gh)
+        trunk_grads = gt if trunk_grads is None else jax.tree.map(jnp.add, trunk_grads, gt)
+        vf_loss, clipped = vf_loss + loss, clipped + clip
+    pg = learner_lib.policy_gradients(MODEL_CFG, lcfg, state, ab, key)
+    pg = pg._replace(grads=jax.tree.map(lambda a, b: a + ccfg.value_loss_coef * b, pg.grads, trunk_grads))
+    new_state, metrics = learner_lib.apply_policy_gradients(opt, state, ab, pg)
+    updates, opt_state = copt.update(head_grads, state.critic.opt_state, state.critic.params)
+    critic = state.critic.replace(params=optax.apply_updates(state.critic.params, updates), opt_state=opt_state)
+    metrics.update({"critic/vf_loss": vf_loss, "critic/vf_clip_frac": clipped / jnp.sum(cb.completion_mask),
+                    "critic/grad_norm": optax.tree.norm(head_grads)})
+    return new_state.replace(critic=critic), metrics
+
+
+def test_one_pass_shared_trunk_step_equals_the_two_pass_reference(params):
+    """One decoder forward per micro-batch gives the same updated params, critic params and metrics as a separate
+    value-loss pass added to the learner's gradients (sgd: the updates are the gradients, scaled), and the same
+    with 2 micro-batches as with one."""
+    micro = 2
+    ab, cb = _batches()
+    cb = cb.replace(old_values=cb.returns * -0.5)  # V ≈ 0 clipped towards −R/2 on the tokens with |R| > 0.4
+    opt, copt = optax.sgd(1.0), optax.sgd(1.0)
+    lcfg = dataclasses.replace(LCFG, micro_batch_size=micro)
+    ccfg = critic_lib.CriticConfig(0.2, "token-mean", micro, value_loss_coef=0.3)
+    key = jax.random.key(3)
+    one, metrics = critic_lib.make_shared_trunk_step(MODEL_CFG, lcfg, ccfg, opt, copt)(
+        _shared_state(params, opt, copt), ab, cb, key)
+    two_pass = jax.jit(functools.partial(_two_pass_shared_trunk_step, lcfg, ccfg, opt, copt))
+    ref, ref_metrics = two_pass(_shared_state(params, opt, copt), ab, cb, key)
+    close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # noqa: E731
+    jax.tree.map(close, (one.params, one.critic.params), (ref.params, ref.critic.params))
+    assert metrics.keys() == ref_metrics.keys() and "critic/vf_clip_frac" in metrics
+    for k in metrics:
+        close(metrics[k], ref_metrics[k])
+    assert 0 < float(metrics["critic/vf_clip_frac"]) < 1
+    # micro-batch invariance: the same update as one whole-batch micro-batch
+    whole, whole_metrics = critic_lib.make_shared_trunk_step(
+        MODEL_CFG, LCFG, dataclasses.replace(ccfg, micro_batch_size=0), opt, copt)(
+        _shared_state(params, opt, copt), ab, cb, key)
+    jax.tree.map(close, (one.params, one.critic.params), (whole.params, whole.critic.params))
+    for k in ("loss/pg", "critic/vf_loss", "critic/vf_clip_frac", "critic/grad_norm", "grad_norm"):
+        close(metrics[k], whole_metrics[k])
+
+
 def test_shared_trunk_step_updates_both_and_warm_up_updates_only_the_head(params):
     ab, cb = _batches()
     opt, copt = optax.sgd(0.1), optax.sgd(0.1)
-    lcfg = learner_lib.LearnerConfig(loss="ppo_clip", loss_kwargs=(), agg_mode="token-mean", kl_coef=0.0,
-                                     kl_kind="k3", entropy_coef=0.0, temperature=1.0, micro_batch_size=0,
-                                     logprob_chunk_size=4, use_old_logp=False)
-    head = {"kernel": jnp.full((MODEL_CFG.hidden_size,), 0.1), "bias": jnp.asarray(0.0)}
-
-    def fresh():
-        s = _state(params, shared_trunk=True, critic_optimizer=copt, optimizer=opt)
-        return s.replace(critic=s.critic.replace(params={"head": jax.tree.map(jnp.copy, head)}))
 
     # Warm-up (critic only): the head moves, the actor (trunk included) is bitwise unchanged.
-    warm, _ = critic_lib.make_critic_step(MODEL_CFG, _ccfg(), copt)(fresh(), cb)
+    warm, _ = critic_lib.make_critic_step(MODEL_CFG, _ccfg(), copt)(_shared_state(params, opt, copt), cb)
     jax.tree.map(np.testing.assert_array_equal, warm.params, params)
-    assert not np.allclose(warm.critic.params["head"]["kernel"], head["kernel"])
+    assert not np.allclose(warm.critic.params["head"]["kernel"], HEAD["kernel"])
 
     # Joint step: the trunk's update is the policy gradient plus value_loss_coef x the value gradient.
     step = lambda coef: critic_lib.make_shared_trunk_step(  # noqa: E731
-        MODEL_CFG, lcfg, critic_lib.CriticConfig(100.0, "token-mean", 0, coef), opt, copt)(
-        fresh(), ab, cb, jax.random.key(3))
+        MODEL_CFG, LCFG, critic_lib.CriticConfig(100.0, "token-mean", 0, coef), opt, copt)(
+        _shared_state(params, opt, copt), ab, cb, jax.random.key(3))
     (with_v, metrics), (without_v, _) = step(1.0), step(0.0)
     assert np.isfinite(metrics["critic/vf_loss"]) and np.isfinite(metrics["loss/pg"])
-    actor_only = learner_lib.make_learner_step(MODEL_CFG, lcfg, opt)(fresh(), ab, jax.random.key(3))[0]
-    jax.tree.map(np.testing.assert_array_equal, without_v.params, actor_only.params)
-    value_grads = critic_lib.value_loss_grads(MODEL_CFG, _ccfg(), fresh(), cb, wrt_policy=True)[0][1]
+    actor_only = learner_lib.make_learner_step(MODEL_CFG, LCFG, opt)(_shared_state(params, opt, copt), ab,
+                                                                     jax.random.key(3))[0]
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), without_v.params,
+                 actor_only.params)
+    # ∇ of the value loss w.r.t. the policy params (token-mean): its own forward pass
+    value_grads = jax.grad(lambda p: losses.value_loss(
+        value_head.completion_values(MODEL_CFG, {"head": HEAD}, p, cb.tokens, cb.attention_mask, T),
+        cb.old_values, cb.returns, cb.completion_mask, clip=100.0, agg_mode="token-mean")[0])(params)
     # sgd(0.1): Δθ(with) − Δθ(without) = −0.1·∇V-loss
     jax.tree.map(lambda a, b, g: np.testing.assert_allclose(a - b, -0.1 * g, atol=1e-6),
                  with_v.params, without_v.params, value_grads)

@@ -454,6 +454,16 @@ def forward(cfg: ModelConfig, params: Params, tokens: jax.Array, positions: jax.
     return _model(cfg, params)(tokens, positions, attention_mask, cache, cache_index)
 
 
+def completion_hidden(cfg: ModelConfig, params: Params, tokens: jax.Array, attention_mask: jax.Array,
+                      completion_len: int) -> jax.Array:
+    """Final-norm hidden states [B, T, E] that predict the last T = `completion_len` tokens of `tokens` [B, P+T]
+    (`[prompt (left-padded) | completion]`): completion token t is predicted by position P+t−1. Positions follow
+    the mask (`positions_from_mask`). Log-probs (`train.logprobs`) and values (`value_head`) read these."""
+    length = tokens.shape[1]
+    hidden, _ = forward(cfg, params, tokens, positions_from_mask(attention_mask), attention_mask)
+    return hidden[:, length - completion_len - 1 : length - 1]
+
+
 def unembed(cfg: ModelConfig, params: Params, hidden: jax.Array) -> jax.Array:
     """Logits [..., V] float32 from final-norm hidden states [..., E]."""
     return _model(cfg, params).unembed(hidden)

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from rl4llm.models.config import ModelConfig
-from rl4llm.models.decoder import Params, forward, param_logical_axes, positions_from_mask
+from rl4llm.models.decoder import Params, completion_hidden, param_logical_axes
 
 
 def init_head(cfg: ModelConfig) -> Params:
@@ -72,9 +72,8 @@ def completion_values(
     trunk = critic_params.get("trunk", policy_params)
     if trunk is None:
         raise ValueError("completion_values: a shared-trunk critic needs the policy params")
-    prompt_len = tokens.shape[1] - completion_len
-    hidden, _ = forward(cfg, trunk, tokens, positions_from_mask(attention_mask), attention_mask)
-    return values_from_hidden(critic_params["head"], hidden[:, prompt_len - 1 : tokens.shape[1] - 1])
+    hidden = completion_hidden(cfg, trunk, tokens, attention_mask, completion_len)  # [N, T, E]
+    return values_from_hidden(critic_params["head"], hidden)
 
 
 def save_critic(path: str, critic_params: Params) -> None:

@@ -7,10 +7,11 @@ whole-minibatch weights (`rl.aggregation.aggregation_weights`) and accumulated o
 `lax.scan`, so the update does not depend on the micro-batch size (as in the actor's `learner_step`).
 
 * separate critic: `critic_step` updates the critic alone (one jitted step; the actor has its own);
-* shared trunk: `shared_trunk_step` is ONE jitted step: the value-loss gradient w.r.t. the policy's
-  trainable params, times `value_loss_coef`, is added to the policy-loss gradient of `learner_step`,
-  and the head is updated by the critic optimizer. During critic warm-up `critic_step` updates the head
-  only (the actor, trunk included, is unchanged).
+* shared trunk: `shared_trunk_step` is ONE jitted step with ONE decoder forward (and backward) per
+  micro-batch: the policy's log-probs and the head's values are read from the same completion hidden
+  states (`learner.policy_gradients` with a `learner.HeadLoss`); the policy's trainable params get
+  `∇(policy loss) + value_loss_coef·∇(value loss)`, the head `∇(value loss)` by the critic optimizer.
+  During critic warm-up `critic_step` updates the head only (the actor, trunk included, is unchanged).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rl4llm.models import lora, value_head
+from rl4llm.models import value_head
 from rl4llm.rl import aggregation, registry
 from rl4llm.rl import losses as losses_lib
 from rl4llm.train import learner as learner_lib
@@ -61,11 +62,8 @@ def _split(tree, micro_batch_size: int):
     return jax.tree.map(lambda x: x.reshape((n // m, m) + x.shape[1:]), tree)
 
 
-def _microbatch_loss(model_cfg, ccfg: CriticConfig, critic_params, policy_params, mb: CriticBatch, agg_weights):
+def _value_loss(ccfg: CriticConfig, values, mb: CriticBatch, agg_weights):  # values [m, T]
     """This micro-batch's share of the whole-batch value loss, and summed metrics."""
-    values = value_head.completion_values(
-        model_cfg, critic_params, policy_params, mb.tokens, mb.attention_mask, mb.completion_mask.shape[1]
-    )
     loss, metrics = losses_lib.value_loss(
         values, mb.old_values, mb.returns, mb.completion_mask,
         clip=ccfg.cliprange_value, agg_mode=ccfg.agg_mode, agg_weights=agg_weights,
@@ -74,32 +72,33 @@ def _microbatch_loss(model_cfg, ccfg: CriticConfig, critic_params, policy_params
     return loss, {"vf_loss": loss, "vf_clip_frac": metrics["vf_clip_frac"] * tokens, "tokens": tokens}
 
 
-def value_loss_grads(model_cfg, ccfg: CriticConfig, state: learner_lib.TrainState, batch: CriticBatch, *,
-                     wrt_policy: bool):
-    """Gradients of the whole-minibatch value loss w.r.t. the critic params and, with `wrt_policy`
-    (shared trunk), w.r.t. `lora.trainable(state.params)` (else None); and the metrics."""
-    trainable = lora.trainable(state.params)
+def _critic_metrics(sums: dict) -> dict:
+    """The step's value-loss metrics from the micro-batches' summed ones."""
+    tokens = jnp.maximum(sums["tokens"], 1.0)
+    return {"critic/vf_loss": sums["vf_loss"], "critic/vf_clip_frac": sums["vf_clip_frac"] / tokens}
 
-    def loss_fn(critic_params, policy_trainable, mb, weights):
-        policy = lora.with_trainable(state.params, policy_trainable)
-        return _microbatch_loss(model_cfg, ccfg, critic_params, policy, mb, weights)
 
-    grad_fn = jax.grad(loss_fn, argnums=(0, 1) if wrt_policy else 0, has_aux=True)
+def value_loss_grads(model_cfg, ccfg: CriticConfig, state: learner_lib.TrainState, batch: CriticBatch):
+    """Gradients of the whole-minibatch value loss w.r.t. the critic params (the policy's are read, a shared
+    trunk gets no gradient), and the metrics."""
+    completion_len = batch.completion_mask.shape[1]
+
+    def loss_fn(critic_params, mb, weights):
+        values = value_head.completion_values(model_cfg, critic_params, state.params, mb.tokens, mb.attention_mask,
+                                              completion_len)
+        return _value_loss(ccfg, values, mb, weights)
+
+    grad_fn = jax.grad(loss_fn, has_aux=True)
 
     def accumulate(carry, xs):
-        mb_grads, sums = grad_fn(state.critic.params, trainable, *xs)
-        mb_grads = mb_grads if wrt_policy else (mb_grads, None)
-        return jax.tree.map(jnp.add, carry, (mb_grads, sums)), None
+        return jax.tree.map(jnp.add, carry, grad_fn(state.critic.params, *xs)), None
 
     weights = aggregation.aggregation_weights(batch.completion_mask, ccfg.agg_mode)
     xs = _split((batch, weights), ccfg.micro_batch_size)
-    zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)  # noqa: E731
     sums0 = {"vf_loss": 0.0, "vf_clip_frac": 0.0, "tokens": 0.0}
-    init = ((zeros(state.critic.params), zeros(trainable) if wrt_policy else None), jax.tree.map(jnp.float32, sums0))
+    init = (jax.tree.map(jnp.zeros_like, state.critic.params), jax.tree.map(jnp.float32, sums0))
     (grads, sums), _ = jax.lax.scan(accumulate, init, xs)
-    tokens = jnp.maximum(sums.pop("tokens"), 1.0)
-    metrics = {"critic/vf_loss": sums["vf_loss"], "critic/vf_clip_frac": sums["vf_clip_frac"] / tokens}
-    return grads, metrics
+    return grads, _critic_metrics(sums)
 
 
 def _apply_critic_update(optimizer, critic: CriticState, grads) -> CriticState:
@@ -109,23 +108,50 @@ def _apply_critic_update(optimizer, critic: CriticState, grads) -> CriticState:
 
 def critic_step(model_cfg, ccfg: CriticConfig, optimizer, state: learner_lib.TrainState, batch: CriticBatch):
     """One critic update (critic params only; the policy is read, never changed) -> (state, metrics)."""
-    (grads, _), metrics = value_loss_grads(model_cfg, ccfg, state, batch, wrt_policy=False)
+    grads, metrics = value_loss_grads(model_cfg, ccfg, state, batch)
     metrics["critic/grad_norm"] = optax.tree.norm(grads)
     return state.replace(critic=_apply_critic_update(optimizer, state.critic, grads)), metrics
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _scale_gradient(x: jax.Array, scale: float) -> jax.Array:
+    """Identity whose backward pass multiplies the cotangent by `scale`."""
+    return x
+
+
+def _scale_gradient_fwd(x, scale):
+    return x, None
+
+
+def _scale_gradient_bwd(scale, _, g):
+    return (g * jnp.asarray(scale, g.dtype),)
+
+
+_scale_gradient.defvjp(_scale_gradient_fwd, _scale_gradient_bwd)
+
+
+def _head_value_loss(ccfg: CriticConfig, critic_params, hidden, inputs):  # hidden [m, T, E]
+    """The value loss of a shared-trunk head on the policy's completion hidden states (a `learner.HeadLoss`):
+    the head gets `∇(value loss)`, the trunk `value_loss_coef·∇(value loss)`."""
+    mb, agg_weights = inputs
+    values = value_head.values_from_hidden(critic_params["head"], _scale_gradient(hidden, ccfg.value_loss_coef))
+    return _value_loss(ccfg, values, mb, agg_weights)
 
 
 def shared_trunk_step(model_cfg, lcfg: learner_lib.LearnerConfig, ccfg: CriticConfig, optimizer, critic_optimizer,
                       state: learner_lib.TrainState, batch: learner_lib.LearnerBatch, critic_batch: CriticBatch,
                       key: jax.Array):
-    """One joint update of a shared-trunk actor-critic: policy params by `optimizer` on
-    `∇(policy loss) + value_loss_coef·∇(value loss)`, the value head by `critic_optimizer`."""
-    (head_grads, trunk_grads), metrics = value_loss_grads(model_cfg, ccfg, state, critic_batch, wrt_policy=True)
-    extra = jax.tree.map(lambda g: ccfg.value_loss_coef * g, trunk_grads)
-    new_state, actor_metrics = learner_lib.learner_step(model_cfg, lcfg, optimizer, state, batch, key, extra)
-    metrics["critic/grad_norm"] = optax.tree.norm(head_grads)
-    return new_state.replace(critic=_apply_critic_update(critic_optimizer, state.critic, head_grads)), {
-        **actor_metrics, **metrics
-    }
+    """One joint update of a shared-trunk actor-critic, one decoder forward per micro-batch: policy params by
+    `optimizer` on `∇(policy loss) + value_loss_coef·∇(value loss)`, the value head by `critic_optimizer` on
+    `∇(value loss)`. Micro-batches of `lcfg.micro_batch_size` (the critic's is the same, `rl.micro_batch_size`)."""
+    head = learner_lib.HeadLoss(
+        loss_fn=functools.partial(_head_value_loss, ccfg), params=state.critic.params,
+        batch=(critic_batch, aggregation.aggregation_weights(critic_batch.completion_mask, ccfg.agg_mode)),
+    )
+    pg = learner_lib.policy_gradients(model_cfg, lcfg, state, batch, key, head)
+    new_state, actor_metrics = learner_lib.apply_policy_gradients(optimizer, state, batch, pg)
+    metrics = {**actor_metrics, **_critic_metrics(pg.head_sums), "critic/grad_norm": optax.tree.norm(pg.head_grads)}
+    return new_state.replace(critic=_apply_critic_update(critic_optimizer, state.critic, pg.head_grads)), metrics
 
 
 def make_critic_step(model_cfg, ccfg: CriticConfig, optimizer) -> Callable:

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import flax
 import jax
 import jax.numpy as jnp
 import optax
 
+from rl4llm import models
 from rl4llm.models import lora
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
@@ -184,16 +185,16 @@ def token_statistics(logp, entropy, advantages, mask) -> dict:  # [N, T] each
     return stats
 
 
+def _logprob_options(cfg: LearnerConfig) -> dict:
+    """Keyword arguments of `logprobs.completion_logprobs` / `logprobs_from_hidden`: temperature and chunking."""
+    return dict(temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size,
+                vocab_chunk_size=cfg.logprob_vocab_chunk_size or None)
+
+
 def _logprob_fn(model_cfg, cfg: LearnerConfig, completion_len: int) -> Callable:
     """(params, tokens, attention_mask) -> (logp, entropy) [m, T] of the completions, chunked as configured."""
-    return functools.partial(
-        logprobs_lib.completion_logprobs,
-        model_cfg,
-        completion_len=completion_len,
-        temperature=cfg.temperature,
-        chunk_size=cfg.logprob_chunk_size,
-        vocab_chunk_size=cfg.logprob_vocab_chunk_size or None,
-    )
+    return functools.partial(logprobs_lib.completion_logprobs, model_cfg, completion_len=completion_len,
+                             **_logprob_options(cfg))
 
 
 def minibatch_token_stats(model_cfg, cfg: LearnerConfig, params, batch: LearnerBatch, key):
@@ -226,14 +227,20 @@ def minibatch_token_stats(model_cfg, cfg: LearnerConfig, params, batch: LearnerB
 
 
 def _microbatch_loss(
-    model_cfg, cfg: LearnerConfig, params, ref_params, coefs, mb: LearnerBatch, agg_weights, token_stats, key
+    model_cfg, cfg: LearnerConfig, params, ref_params, coefs, mb: LearnerBatch, agg_weights, token_stats, key,
+    head_loss: Callable | None = None, head_params=None, head_mb=None,
 ):
-    """Loss of one micro-batch (its share of the whole-batch aggregate), summed metrics, and the
-    micro-batch's (log-probs, entropies) [m, T] without gradient. `token_stats`: the micro-batch's
-    slice of `minibatch_token_stats` (None: the loss computes its own)."""
+    """Loss of one micro-batch (its share of the whole-batch aggregate), summed metrics, the head loss's summed
+    metrics (None without one), and the micro-batch's (log-probs, entropies) [m, T] without gradient.
+    `token_stats`: the micro-batch's slice of `minibatch_token_stats` (None: the loss computes its own).
+    `head_loss(head_params, hidden [m, T, E], head_mb) -> (loss, sums)`: a loss read from the same completion
+    hidden states as the log-probs (one decoder forward), added to the policy loss (`HeadLoss`)."""
     kl_coef, entropy_coef = coefs
-    logp_fn = _logprob_fn(model_cfg, cfg, mb.completion_mask.shape[1])
-    logp, entropy = logp_fn(params, mb.tokens, mb.attention_mask)
+    completion_len = mb.completion_mask.shape[1]
+    logp_fn = _logprob_fn(model_cfg, cfg, completion_len)
+    hidden = models.completion_hidden(model_cfg, params, mb.tokens, mb.attention_mask, completion_len)  # [m, T, E]
+    logp, entropy = logprobs_lib.logprobs_from_hidden(model_cfg, params, hidden, mb.tokens[:, -completion_len:],
+                                                      **_logprob_options(cfg))
     old_logp = mb.old_logp if cfg.use_old_logp else jax.lax.stop_gradient(logp)
     is_weights = policy_is_weights(cfg, old_logp, mb)
     extras = {name: getattr(mb, name) for name in _OPTIONAL_LOSS_INPUTS if getattr(mb, name) is not None}
@@ -271,7 +278,11 @@ def _microbatch_loss(
     sums.update({f"{k}_tokensum": v * tokens for k, v in loss_metrics.items()})
     sums["tokens"] = tokens
     sums["logp_gap_sampler_learner"] = jnp.sum(jnp.abs(logp - mb.sampler_logp) * mask)
-    return loss, (sums, jax.lax.stop_gradient((logp, entropy)))
+    head_sums = None
+    if head_loss is not None:
+        head_value, head_sums = head_loss(head_params, hidden, head_mb)
+        loss = loss + head_value
+    return loss, (sums, head_sums, jax.lax.stop_gradient((logp, entropy)))
 
 
 def _split_microbatches(tree, micro_batch_size: int):
@@ -281,6 +292,87 @@ def _split_microbatches(tree, micro_batch_size: int):
     return jax.tree.map(lambda x: x.reshape((n // m, m) + x.shape[1:]), tree)
 
 
+class HeadLoss(NamedTuple):
+    """A loss on the policy's completion hidden states trained with the policy loss in the same forward pass:
+    a shared-trunk value head (`train.critic.shared_trunk_step`). Its gradient flows into the policy's params
+    as `loss_fn` lets it (the value head scales it by value_loss_coef)."""
+
+    loss_fn: Callable  # (params, hidden [m, T, E], micro-batch of `batch`) -> (loss, summed metrics)
+    params: Any  # differentiated: their gradients come back as PolicyGradients.head_grads
+    batch: Any  # the loss's inputs, leaves [N, ...], split into micro-batches with the LearnerBatch
+
+
+class PolicyGradients(NamedTuple):
+    """Whole-minibatch gradients and summed micro-batch metrics of `policy_gradients`."""
+
+    grads: Any  # of lora.trainable(params)
+    sums: dict  # the policy loss's summed metrics
+    logp: jax.Array  # [N, T] without gradient
+    entropy: jax.Array  # [N, T] without gradient
+    head_grads: Any = None  # of HeadLoss.params (None without a head loss)
+    head_sums: Any = None  # the head loss's summed metrics
+
+
+def policy_gradients(model_cfg, cfg: LearnerConfig, state: TrainState, batch: LearnerBatch, key: jax.Array,
+                     head: HeadLoss | None = None) -> PolicyGradients:
+    """Gradients of the whole-minibatch loss w.r.t. `lora.trainable(state.params)` (and `head.params`),
+    accumulated over micro-batches (`learner_step` applies them).
+
+    `key` feeds losses that draw random numbers (clip_cov: one draw per token of the whole minibatch).
+    Aggregation weights and token statistics (`minibatch_token_stats`) are those of the whole
+    minibatch, sliced per micro-batch, so the update does not depend on the micro-batch size; a head loss
+    must aggregate its micro-batches the same way (whole-minibatch weights in `head.batch`).
+    """
+    # What is differentiated and updated: `lora.trainable(params)`, the adapters alone for LoRA params (the
+    # frozen base gets no gradient and no optimizer state), else all params.
+    trainable = lora.trainable(state.params)
+    ref_params = reference_params(state)
+    coefs = coefficients(cfg, state)
+    head_fn, head_params, head_batch = (None, None, None) if head is None else head
+
+    def loss_fn(t, h, mb, mb_weights, mb_stats, mb_head):
+        return _microbatch_loss(model_cfg, cfg, lora.with_trainable(state.params, t), ref_params, coefs, mb,
+                                mb_weights, mb_stats, key, head_fn, h, mb_head)
+
+    grad_fn = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
+
+    def accumulate(carry, xs):
+        (_, (mb_sums, mb_head_sums, mb_tokens)), (mb_grads, mb_head_grads) = grad_fn(trainable, head_params, *xs)
+        return jax.tree.map(jnp.add, carry, (mb_grads, mb_head_grads, mb_sums, mb_head_sums)), mb_tokens
+
+    # Weights of the WHOLE minibatch, sliced per micro-batch: Σ over micro-batches = full-batch aggregate.
+    agg_mode = registry.agg_mode_for(cfg.loss, cfg.agg_mode)
+    agg_weights = aggregation.aggregation_weights(batch.completion_mask, agg_mode)
+    token_stats = minibatch_token_stats(model_cfg, cfg, state.params, batch, key)
+    xs = _split_microbatches((batch, agg_weights, token_stats, head_batch), cfg.micro_batch_size)
+    first = jax.tree.map(lambda x: x[0], xs)
+
+    def carry_shape():
+        (_, (sums, head_sums, _)), (grads, head_grads) = grad_fn(trainable, head_params, *first)
+        return grads, head_grads, sums, head_sums
+
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(carry_shape))
+    (grads, head_grads, sums, head_sums), (logp, entropy) = jax.lax.scan(accumulate, zeros, xs)
+    unsplit = lambda x: x.reshape(batch.completion_mask.shape)  # noqa: E731
+    return PolicyGradients(grads, sums, unsplit(logp), unsplit(entropy), head_grads, head_sums)
+
+
+def apply_policy_gradients(optimizer: optax.GradientTransformation, state: TrainState, batch: LearnerBatch,
+                           pg: PolicyGradients) -> tuple[TrainState, dict]:
+    """One optimizer update of `lora.trainable(state.params)` by `pg.grads`, and the step's policy metrics."""
+    trainable = lora.trainable(state.params)
+    updates, opt_state = optimizer.update(pg.grads, state.opt_state, trainable)
+    params = lora.with_trainable(state.params, optax.apply_updates(trainable, updates))
+    sums = dict(pg.sums)
+    tokens = jnp.maximum(sums.pop("tokens"), 1.0)
+    metrics = {"loss/pg": sums.pop("pg_loss"), "grad_norm": optax.tree.norm(pg.grads)}
+    if "kl_loss" in sums:
+        metrics["loss/kl"] = sums.pop("kl_loss")
+    metrics.update({k.removesuffix("_tokensum"): v / tokens for k, v in sums.items()})
+    metrics.update(token_statistics(pg.logp, pg.entropy, batch.advantages, batch.completion_mask))
+    return state.replace(params=params, opt_state=opt_state), metrics
+
+
 def learner_step(
     model_cfg,
     cfg: LearnerConfig,
@@ -288,55 +380,9 @@ def learner_step(
     state: TrainState,
     batch: LearnerBatch,
     key: jax.Array,
-    extra_grads: Any = None,
 ) -> tuple[TrainState, dict]:
-    """One optimizer update on `batch` (gradients accumulated over micro-batches).
-
-    `extra_grads` (same tree as `lora.trainable(state.params)`) are added to the policy-loss gradients
-    before the update: a shared-trunk critic's value-loss gradient (`train.critic.shared_trunk_step`).
-
-    `key` feeds losses that draw random numbers (clip_cov: one draw per token of the whole minibatch).
-    Aggregation weights and token statistics (`minibatch_token_stats`) are those of the whole
-    minibatch, sliced per micro-batch, so the update does not depend on the micro-batch size.
-    """
-    # What is differentiated and updated: `lora.trainable(params)`, the adapters alone for LoRA params (the
-    # frozen base gets no gradient and no optimizer state), else all params.
-    trainable = lora.trainable(state.params)
-    ref_params = reference_params(state)
-    grad_fn = jax.value_and_grad(
-        lambda t, *args: _microbatch_loss(model_cfg, cfg, lora.with_trainable(state.params, t), *args), has_aux=True
-    )
-    coefs = coefficients(cfg, state)
-
-    def accumulate(carry, xs):
-        grads, sums = carry
-        mb, mb_weights, mb_stats = xs
-        (_, (mb_sums, mb_tokens)), mb_grads = grad_fn(trainable, ref_params, coefs, mb, mb_weights, mb_stats,
-                                                     key)
-        return (jax.tree.map(jnp.add, grads, mb_grads), jax.tree.map(jnp.add, sums, mb_sums)), mb_tokens
-
-    # Weights of the WHOLE minibatch, sliced per micro-batch: Σ over micro-batches = full-batch aggregate.
-    agg_mode = registry.agg_mode_for(cfg.loss, cfg.agg_mode)
-    agg_weights = aggregation.aggregation_weights(batch.completion_mask, agg_mode)
-    token_stats = minibatch_token_stats(model_cfg, cfg, state.params, batch, key)
-    xs = _split_microbatches((batch, agg_weights, token_stats), cfg.micro_batch_size)
-    first = jax.tree.map(lambda x: x[0], xs)
-    sums_shape = jax.eval_shape(lambda: grad_fn(trainable, ref_params, coefs, *first, key)[0][1][0])
-    zeros = lambda tree: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
-    (grads, sums), (logp, entropy) = jax.lax.scan(accumulate, (zeros(trainable), zeros(sums_shape)), xs)
-    unsplit = lambda x: x.reshape(batch.completion_mask.shape)  # noqa: E731
-    if extra_grads is not None:
-        grads = jax.tree.map(jnp.add, grads, extra_grads)
-
-    updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
-    params = lora.with_trainable(state.params, optax.apply_updates(trainable, updates))
-    tokens = jnp.maximum(sums.pop("tokens"), 1.0)
-    metrics = {"loss/pg": sums.pop("pg_loss"), "grad_norm": optax.tree.norm(grads)}
-    if "kl_loss" in sums:
-        metrics["loss/kl"] = sums.pop("kl_loss")
-    metrics.update({k.removesuffix("_tokensum"): v / tokens for k, v in sums.items()})
-    metrics.update(token_statistics(unsplit(logp), unsplit(entropy), batch.advantages, batch.completion_mask))
-    return state.replace(params=params, opt_state=opt_state), metrics
+    """One optimizer update on `batch` (gradients accumulated over micro-batches, `policy_gradients`)."""
+    return apply_policy_gradients(optimizer, state, batch, policy_gradients(model_cfg, cfg, state, batch, key))
 
 
 def make_learner_step(model_cfg, cfg: LearnerConfig, optimizer, layout=None, state=None) -> Callable:

@@ -48,18 +48,31 @@ def completion_logprobs(
         (logp [N, T], entropy [N, T]) float32, plus proxy_logp [N, T] with `min_p`; values at masked
         positions are finite but meaningless.
     """
-    length = tokens.shape[1]
-    prompt_len = length - completion_len
-    positions = models.positions_from_mask(attention_mask)
-    hidden, _ = models.forward(model_cfg, params, tokens, positions, attention_mask)
-    hidden = hidden[:, prompt_len - 1 : length - 1]  # [N, T, H]: state that predicts each completion token
-    targets = tokens[:, prompt_len:]  # [N, T]
+    hidden = models.completion_hidden(model_cfg, params, tokens, attention_mask, completion_len)  # [N, T, H]
+    return logprobs_from_hidden(
+        model_cfg, params, hidden, tokens[:, tokens.shape[1] - completion_len :], temperature=temperature,
+        chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, min_p=min_p,
+    )
 
+
+def logprobs_from_hidden(
+    model_cfg,
+    params,
+    hidden,  # [N, T, H] the states that predict the completion tokens (`models.completion_hidden`)
+    targets,  # [N, T] int32 completion tokens
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 128,
+    vocab_chunk_size: int | None = None,
+    min_p: float | None = None,
+):
+    """`completion_logprobs` from the completion hidden states (the same arguments and returns), for a caller that
+    reads something else from the same forward pass (a shared-trunk value head, `train.critic.shared_trunk_step`)."""
     return entropy_lib.chunked_logprobs_and_entropy(
         hidden,
         targets,
         unembedding(model_cfg, params),
-        chunk_size=min(chunk_size, completion_len),
+        chunk_size=min(chunk_size, targets.shape[1]),
         vocab_chunk_size=vocab_chunk_size,
         temperature=temperature,
         min_p=min_p,
