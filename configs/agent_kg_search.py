@@ -22,16 +22,20 @@ def get_config():
     Episode: "Q kavo boss pet\\n<search>kavo</search>=kavo: boss lumi, pal tize, pet sora\\n<search>lumi</search>
     =lumi: ...\\n<answer>bine</answer>". Model: the arith preset (4 layers, 128 wide) on the env's char tokenizer.
 
-    Measured (seed 0, a loaded 2-core CPU; README "Multi-turn agents"): after only 81 SFT steps (the budget of the
-    session; the recipe's 300 were not reached) the greedy warm start solves 0 of 64 held-out tasks and 19% of its
-    actions are valid (it has not learned to copy entity names). From it, 30 RL steps of 2 x 8 episodes:
-    grpo and mt_grpo (this turn reward) get zero gradient (every outcome and turn reward 0); igpo's normalised
-    information gains drive action validity to 0; mt_grpo with "valid_action:1,tool_success:1,gold_in_result:1"
-    raises validity to 0.65 (by answering early), success stays 0. A meaningful comparison needs a longer warm start.
+    Measured (seed 0, a loaded 2-core CPU; README "Multi-turn agents"): the warm start does not learn to copy entity
+    names within ~100 SFT steps. Its loss stalls at 0.40 nats/token from step ~50 on (81-step run with
+    record_bucket 128; 100 steps of a 1-relation variant, where every name sits a fixed distance back, 0.40 too),
+    which is exactly the loss of an agent that has the format and the search / answer schedule right but draws each
+    4-letter name uniformly (2 ln 14 + 2 ln 5 = 8.5 nats a name; 0.405 nats/token over these episodes' loss
+    tokens). The greedy 81-step warm start solves 0 of 64 held-out tasks with 19% valid actions, so GRPO and MT-GRPO
+    get zero gradient from it (30 RL steps of 2 x 8 episodes: igpo's normalised information gains drove validity to
+    0; mt_grpo with "valid_action:1,tool_success:1,gold_in_result:1" raised it to 0.65 by answering early; success
+    stayed 0). The whole 300-step budget (~3 s/step under load at batch 32) has not been run, so
+    whether copying emerges by then is still open. The measured GRPO / MT-GRPO / IGPO comparison is on guess_number
+    instead (configs/agent_guess_number.py).
     """
     c = default.get_config()
     c.agent.env = "kg_search"
-    c.agent.kg_search.num_relations = 1  # every copy (name from the question / the last result) at a fixed offset
     c.agent.max_action_tokens = 24  # "<search>kavo</search>" is 21 characters
     c.agent.max_obs_tokens = 48
     c.agent.max_context = 384
