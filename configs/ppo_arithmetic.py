@@ -16,7 +16,10 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/ppo_arithmetic.py --workdir=/tmp/rl4llm/ppo
-    Result: not yet recorded.
+    Reaches (seed 0, same SFT checkpoint as the default job, greedy 0.574): 0.676 / 0.709 / 0.738 / 0.799 held-out
+    greedy after 25 / 50 / 75 / 100 RL steps (GRPO: 0.725 / 0.715 / 0.754 / 0.805). A PPO step costs 1.68x a GRPO
+    step, so in the default job's time budget PPO gets ~60 RL steps: --config.rl.steps=60 reaches 0.760
+    (README, "Measured comparisons").
     """
     c = default.get_config()
     c.rl.advantage = "gae"
