@@ -26,7 +26,8 @@ def get_config():
 
         python -m experiments.train --config=configs/agent_guess_number.py --workdir=$W/gn_sft \
             --config.sft.steps=150 --config.rl.steps=0 --config.agent.eval_tasks=64
-        mkdir -p $W/gn_$M/checkpoints; cp -r $W/gn_sft/checkpoints/sft $W/gn_$M/checkpoints/; cp -r $W/gn_sft/tokenizer $W/gn_$M/
+        mkdir -p $W/gn_$M/checkpoints; cp -r $W/gn_sft/checkpoints/sft $W/gn_$M/checkpoints/
+        cp -r $W/gn_sft/tokenizer $W/gn_$M/
         python -m experiments.train --config=configs/agent_guess_number.py --workdir=$W/gn_$M \
             --config.sft.steps=150 --config.rl.steps=40 --config.rl.advantage=$M --config.rl.num_prompts=4 \
             --config.rl.num_generations=8 --config.eval.every=5 --config.agent.eval_tasks=64
@@ -36,12 +37,13 @@ def get_config():
         mt_grpo (turn reward info_gain)    .031/.27     .109/.52     .047/.58     .062/.55     .031/.54
         igpo                               .031/.27     .078/.28     .047/.41     .062/.48     .047/.16
 
-    (Run as 15 steps, then resumed to 40.) Success stays within 0-7 of 64 tasks, noise for one seed; action validity (over ~400 greedy actions) is
-    the readable signal. Trajectory-level GRPO collapses: a success gives all 7 turns of its episode the same
-    advantage, invalid guesses included; validity falls to 0 and from step 25 on 7 of 16 steps have every
-    group failing (zero gradient). MT-GRPO's info_gain turn reward credits the valid, informative guesses directly and keeps
-    validity at ~0.55. IGPO's normalised information gains (the policy's probability of the number) hold
-    validity near 0.4-0.5 to step 30, then it drops to 0.14-0.16 (success .047-.062).
+    (Run as 15 steps, then resumed to 40.) Success stays within 0-7 of 64 tasks, noise for one seed; action
+    validity (over ~400 greedy actions) is the readable signal. Trajectory-level GRPO collapses: a success gives
+    all 7 turns of its episode the same advantage, invalid guesses included; validity falls to 0 and from step 25
+    on 7 of 16 steps have every group failing (zero gradient). MT-GRPO's info_gain turn reward credits the valid,
+    informative guesses directly and keeps validity at ~0.55. IGPO's normalised information gains (the policy's
+    probability of the number) hold validity near 0.4-0.5 to step 30, then it drops to 0.14-0.16 (success
+    .047-.062).
     """
     c = agent_kg_search.get_config()  # the same budgets and schedule; the env and its settings differ
     c.agent.env = "guess_number"
