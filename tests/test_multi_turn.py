@@ -350,6 +350,28 @@ def test_igpo_agent_run_resumes_exactly(tmp_path):
     assert {"eval/success", "eval/valid_action", "success", "num_turns", "loss/pg"} <= set(records(full)[2])
 
 
+AGENT_RECIPES = ("agent_guess_number", "agent_kg_search")  # test_recipes checks every recipe file is run somewhere
+
+
+def test_kg_search_recipe_runs_an_rl_step_with_turn_rewards(tmp_path):
+    """configs/agent_kg_search.py on the nano model: one SFT step, one MT-GRPO step, a held-out evaluation."""
+    from configs import agent_kg_search
+    from rl4llm.train import agent_trainer
+    from rl4llm.train import metrics as metrics_lib
+
+    c = agent_kg_search.get_config()
+    c.model.preset = "nano"
+    c.rl.advantage = "mt_grpo"
+    c.agent.eval_tasks = 2
+    c.sft.steps, c.sft.batch_size = 1, 2
+    c.rl.steps, c.rl.num_prompts, c.rl.num_generations = 1, 2, 2
+    c.eval.every, c.log_every, c.checkpoint.every = 1, 1, 1
+    summary = agent_trainer.run(c, str(tmp_path))
+    (record,) = metrics_lib.read_metrics(str(tmp_path), "rl")
+    assert summary["rl_steps"] == 1 and np.isfinite(record["loss/pg"])
+    assert {"eval/success", "eval/valid_action", "num_turns"} <= set(record)
+
+
 def test_agent_config_errors_name_the_field():
     from rl4llm.train import config_validation
 

@@ -97,10 +97,12 @@ def test_every_recipe_file_is_tested():
     import pathlib
 
     from tests.test_hf_train import HF_RECIPES  # recipes on a Hugging Face checkpoint are run there
+    from tests.test_multi_turn import AGENT_RECIPES  # multi-turn agent recipes are run there
     from tests.test_tasks_train import TASK_RECIPES  # recipes with their own task are run there
 
     files = {p.stem for p in (pathlib.Path(__file__).parents[1] / "configs").glob("*.py")}
-    assert files - {"__init__", "default"} - set(TASK_RECIPES) - set(HF_RECIPES) == set(RECIPES)
+    elsewhere = set(TASK_RECIPES) | set(HF_RECIPES) | set(AGENT_RECIPES)
+    assert files - {"__init__", "default"} - elsewhere == set(RECIPES)
 
 
 def test_all_hooks_together_run_without_nans(sft_workdir, tmp_path):
