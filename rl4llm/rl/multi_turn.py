@@ -522,13 +522,16 @@ def arpo_step_entropy(
     vocab_size: int,
 ) -> jax.Array:  # [B]
     """ARPO step entropy (Dong et al. 2025, "Agentic Reinforced Policy Optimization"; dongguanting/ARPO
-    `vllm_rollout_with_tools.py`): `H = mean_t(−Σ_{top-k} p·log p) / log|V|` over the first L = 20 tokens
-    of a step, top-k = 10 log-probs each (the sampler's top-k, not renormalised)."""
+    `vllm_rollout_with_tools.py`, `_calc_entropy`): `H = Σ_{t<L} Σ_{top-k} (−p·log p) / log|V|` over the first
+    L = 20 tokens of a step, top-k = 10 log-probs each (the sampler's top-k, not renormalised).
+
+    The official code SUMS over the L tokens (it pools the L·k log-probs into one list before `−Σ p·log p`); the
+    paper text and this repo's digest read it as a per-token mean. The code is followed: H scales with the step's
+    length up to L, and only ΔH = H_now − H_init enters the branching probability."""
     p_logp = jnp.exp(top_logprobs) * top_logprobs
     per_token = -jnp.sum(p_logp, axis=-1)  # [B, L]
-    valid = valid.astype(per_token.dtype)
-    mean = jnp.sum(per_token * valid, axis=-1) / jnp.maximum(jnp.sum(valid, axis=-1), 1.0)
-    return mean / jnp.log(float(vocab_size))
+    total = jnp.sum(per_token * valid.astype(per_token.dtype), axis=-1)  # [B]
+    return total / jnp.log(float(vocab_size))
 
 
 def arpo_branch_probability(

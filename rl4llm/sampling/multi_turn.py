@@ -21,6 +21,11 @@ and flags its unfinished rows `truncated`.
 Stop strings are matched on token ids: a stop string ends the action when the model emits the tokenizer's
 encoding of it (for character tokenizers that is the only way to write it; a BPE model could spell it with
 other tokens, then the action runs to `max_action_tokens` and the env sees the text as it is).
+
+ARPO branching (`BranchingConfig`, Dong et al. 2025, "Agentic Reinforced Policy Optimization"; digest §4.6):
+each group starts M of its N rows; after a turn that called a tool, a row may be copied into a free row of its
+group (token record, KV-cache row, `env.clone()`), and a group whose rows all ended starts its remaining free
+rows from the prompt. Off (`branching=None`) the loop is the plain one above, bit for bit.
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl4llm.models import KVCache, ModelConfig, Params, forward, init_cache, unembed
+from rl4llm.rl.multi_turn import arpo_branch_counts, arpo_step_entropy
 from rl4llm.sampling.sampler import SamplingConfig, bucket_length, sample_tokens
 
 
@@ -54,6 +60,8 @@ class AgentEnv(Protocol):
     def step(self, action_text: str) -> StepResult: ...
 
     def outcome(self) -> dict: ...
+
+    def clone(self) -> "AgentEnv": ...  # a deep copy (ARPO branching only)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +92,44 @@ class MultiTurnConfig:
                 raise ValueError(f"MultiTurnConfig.{name} must be >= 1, got {getattr(self, name)}.")
 
 
+@dataclasses.dataclass(frozen=True)
+class BranchingConfig:
+    """ARPO entropy-based adaptive rollout (Dong et al. 2025, "Agentic Reinforced Policy Optimization";
+    dongguanting/ARPO `vllm_rollout_with_tools.py`, defaults of `scripts/ARPO_7B_Reasoning_1node.sh`).
+
+    initial_rollouts: M, rows of each group that start at the prompt (< the group's N rows; the rest are free).
+    entropy_weight: α; branch_probability: β; beam_size: at most beam_size − 1 copies of a row per tool call.
+    entropy_tokens: L, entropy_top_k: k of the step entropy (`rl.multi_turn.arpo_step_entropy`).
+
+    Per turn, the step entropy of each row's action is H = Σ_{t<L} Σ_{top-k} −p·log p / log|V| (the sampler's
+    temperature-scaled log-probs, `sample_tokens`); H_init is the row's first H (a copy's first H after the
+    branch). After a turn that called a tool (`info["tool_name"]` non-empty) and got its observation, each such
+    row makes beam_size − 1 draws u ~ U(0, 1) and spawns a copy per draw with clip(u − α·(H − H_init), 0, 1) ≤ β
+    (`arpo_branch_counts`), while its group has free rows. As in the official code, the H of that decision is
+    the action that made the tool call (the tokens generated after the previous tool result; ΔH = 0 on the first
+    turn), and the copy starts after the new tool result. The official code keeps H_init across training steps
+    (a dict never reset); here it is per rollout.
+    """
+
+    initial_rollouts: int
+    entropy_weight: float = 0.2
+    branch_probability: float = 0.5
+    beam_size: int = 2
+    entropy_tokens: int = 20
+    entropy_top_k: int = 10
+
+    def __post_init__(self):
+        for name in ("initial_rollouts", "entropy_tokens", "entropy_top_k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"BranchingConfig.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.beam_size < 2:
+            raise ValueError(f"BranchingConfig.beam_size must be >= 2 (one copy per tool call), got {self.beam_size}.")
+        if not 0.0 <= self.branch_probability <= 1.0:
+            raise ValueError(f"BranchingConfig.branch_probability must be in [0, 1], got {self.branch_probability}.")
+        if self.entropy_weight < 0:
+            raise ValueError(f"BranchingConfig.entropy_weight must be >= 0, got {self.entropy_weight}.")
+
+
 class Trajectories(flax.struct.PyTreeNode):
     """Multi-turn rollouts of B environments (§2.2), T context tokens, K turns, C turn / D outcome components.
 
@@ -103,6 +149,9 @@ class Trajectories(flax.struct.PyTreeNode):
     truncated:      [B] bool, stopped because the context slots ran out.
     over_turn:      [B] bool, not done after `max_turns` turns.
     group_ids:      [B] int32.
+    parent_id:      [B] int32, ARPO: the row this one was copied from (-1: started at the prompt).
+    branch_turn:    [B] int32, ARPO: turns k < branch_turn (and the observation after the last of them) are the
+                    parent's, copied at the branch; 0 for rows started at the prompt.
     """
 
     tokens: jax.Array
@@ -120,6 +169,8 @@ class Trajectories(flax.struct.PyTreeNode):
     truncated: jax.Array
     over_turn: jax.Array
     group_ids: jax.Array
+    parent_id: jax.Array
+    branch_turn: jax.Array
     turn_reward_names: tuple[str, ...] = flax.struct.field(pytree_node=False, default=())
     outcome_names: tuple[str, ...] = flax.struct.field(pytree_node=False, default=())
 
@@ -149,11 +200,13 @@ def append_tokens(model_cfg: ModelConfig, params: Params, cache: KVCache, logits
 
 
 class TurnOutput(flax.struct.PyTreeNode):
-    """One generated turn. tokens, logprobs, emitted: [B, A]; stopped: [B] (a stop id / stop string ended the
-    action); steps: [] int32, slots used (the longest action); cache, logits [B, V], positions [B]: updated."""
+    """One generated turn. tokens, logprobs, emitted: [B, A]; top_logprobs: [B, A, k] the k largest sampler
+    log-probs at each step (k = `entropy_top_k`, 0 = not computed); stopped: [B] (a stop id / stop string ended
+    the action); steps: [] int32, slots used (the longest action); cache, logits [B, V], positions [B]: updated."""
 
     tokens: jax.Array
     logprobs: jax.Array
+    top_logprobs: jax.Array
     emitted: jax.Array
     stopped: jax.Array
     steps: jax.Array
@@ -183,23 +236,27 @@ def ends_with_stop_sequence(tokens: jax.Array, step: jax.Array, table: jax.Array
     return jnp.any(jnp.all(matches, axis=-1), axis=-1)
 
 
-@functools.partial(jax.jit, static_argnames=("model_cfg", "sampling_cfg", "stop_sequences"),
+@functools.partial(jax.jit, static_argnames=("model_cfg", "sampling_cfg", "stop_sequences", "entropy_top_k"),
                    donate_argnames=("cache",))
 def generate_turn(model_cfg: ModelConfig, params: Params, cache: KVCache, logits: jax.Array,
                   positions: jax.Array, live: jax.Array, cursor: jax.Array, key: jax.Array,
-                  sampling_cfg: SamplingConfig, stop_sequences: tuple[tuple[int, ...], ...] = ()
-                  ) -> TurnOutput:
+                  sampling_cfg: SamplingConfig, stop_sequences: tuple[tuple[int, ...], ...] = (),
+                  entropy_top_k: int = 0) -> TurnOutput:
     """Samples one action (<= A = sampling_cfg.max_new_tokens tokens) for each live row.
 
     Token t is drawn from the row's next-token logits with key fold_in(key, t) (`sample_tokens`: temperature,
     top-k/p, sampler log-prob convention), then fed through the cache at slot cursor + t, so when the loop ends
     every emitted token is in the cache and `logits` predict the token after each row's action. A row stops
     after a token of `sampling_cfg.stop_token_ids` or the last token of a stop sequence; rows with live=False
-    emit nothing. The loop ends when every row stopped or A tokens exist.
+    emit nothing. The loop ends when every row stopped or A tokens exist. With `entropy_top_k` = k > 0 it also
+    records the k largest log-probs of each step (ARPO's step entropy), in `sample_tokens`' convention
+    (log_softmax(logits / temperature), unfiltered).
     """
     cfg = sampling_cfg
     n = logits.shape[0]
     a = cfg.max_new_tokens
+    k = min(entropy_top_k, logits.shape[-1])
+    tau = cfg.temperature if cfg.temperature > 0 else 1.0
     stop_ids = jnp.asarray(cfg.stop_token_ids, jnp.int32)
     table = jnp.asarray(stop_sequence_table(stop_sequences)) if stop_sequences else None
 
@@ -215,9 +272,14 @@ def generate_turn(model_cfg: ModelConfig, params: Params, cache: KVCache, logits
         hidden, new_cache = forward(model_cfg, params, token[:, None], state.positions[:, None], active[:, None],
                                     cache=state.cache, cache_index=cursor + step)
         new_logits = unembed(model_cfg, params, hidden[:, 0])  # [B, V]
+        top_logprobs = state.top_logprobs
+        if k:
+            top = jax.lax.top_k(jax.nn.log_softmax(state.logits.astype(jnp.float32) / tau, axis=-1), k)[0]  # [B, k]
+            top_logprobs = top_logprobs.at[:, step].set(jnp.where(active[:, None], top, 0.0))
         return state.replace(
             tokens=tokens,
             logprobs=state.logprobs.at[:, step].set(jnp.where(active, logprob, 0.0)),
+            top_logprobs=top_logprobs,
             emitted=state.emitted.at[:, step].set(active),
             stopped=state.stopped | (active & ends),
             steps=step + 1,
@@ -230,7 +292,7 @@ def generate_turn(model_cfg: ModelConfig, params: Params, cache: KVCache, logits
 
     init = TurnOutput(
         tokens=jnp.full((n, a), cfg.pad_id, jnp.int32), logprobs=jnp.zeros((n, a), jnp.float32),
-        emitted=jnp.zeros((n, a), bool), stopped=jnp.zeros((n,), bool), steps=jnp.int32(0),
+        top_logprobs=jnp.zeros((n, a, k), jnp.float32), emitted=jnp.zeros((n, a), bool), stopped=jnp.zeros((n,), bool), steps=jnp.int32(0),
         cache=cache, logits=logits, positions=positions)
     return jax.lax.while_loop(keep_going, body, init)
 
@@ -270,12 +332,25 @@ class _Row:
     done: bool = False
     truncated: bool = False
     over_turn: bool = False
+    started: bool = True  # False: an ARPO free row (a later branch copy or fresh rollout), not generating yet
+    parent: int = -1
+    branch_turn: int = 0
+
+    @property
+    def live(self) -> bool:
+        return self.started and not self.done
 
     def extend(self, ids, kind: int, turn: int, logps=None):
         self.tokens.extend(int(i) for i in ids)
         self.kinds.extend([kind] * len(ids))
         self.turns.extend([turn] * len(ids))
         self.logps.extend([0.0] * len(ids) if logps is None else [float(x) for x in logps])
+
+    def branch(self, parent: int) -> "_Row":
+        """A copy of this (live) row for a branch from row `parent`: the same record so far, its own lists."""
+        return dataclasses.replace(self, tokens=list(self.tokens), kinds=list(self.kinds), turns=list(self.turns),
+                                   logps=list(self.logps), turn_rewards=[list(r) for r in self.turn_rewards],
+                                   parent=parent, branch_turn=len(self.turn_rewards))
 
 
 def _pad_segments(segments: list[list[int]], pad_id: int, bucket: int) -> tuple[np.ndarray, np.ndarray]:
@@ -289,13 +364,89 @@ def _pad_segments(segments: list[list[int]], pad_id: int, bucket: int) -> tuple[
     return tokens, mask
 
 
+@functools.partial(jax.jit, donate_argnames=("cache",))
+def copy_rows(cache: KVCache, logits: jax.Array, positions: jax.Array, source: jax.Array
+              ) -> tuple[KVCache, jax.Array, jax.Array]:
+    """Row b of the cache (every slot and its key_mask), logits [B, V] and positions [B] becomes row source[b]'s
+    (source: [B] int32; source[b] = b keeps a row). A branch copy so continues exactly as its parent would."""
+    take = lambda x: jnp.take(x, source, axis=0)  # noqa: E731
+    return jax.tree.map(take, cache), take(logits), take(positions)
+
+
+class _Branching:
+    """Host state of an ARPO rollout (`BranchingConfig`): each row's initial step entropy, the group layout."""
+
+    def __init__(self, cfg: BranchingConfig, rows: list[_Row], group_ids: Sequence[int], key: jax.Array):
+        self.cfg, self.key = cfg, key
+        _, self.groups = np.unique(np.asarray(group_ids), return_inverse=True)  # dense group index per row
+        self.members = [np.flatnonzero(self.groups == g) for g in range(self.groups.max() + 1)]
+        for g, members in enumerate(self.members):
+            if len(members) <= cfg.initial_rollouts:
+                raise ValueError(f"rollout: ARPO initial_rollouts={cfg.initial_rollouts} must be < the rows of "
+                                 f"each group; group {g} has {len(members)}.")
+            for i in members[cfg.initial_rollouts:]:
+                rows[i].started = False
+        self.initial_entropy = np.full(len(rows), np.nan, np.float32)
+        self.entropy = np.zeros(len(rows), np.float32)
+
+    def start_fills(self, rows: list[_Row]) -> None:
+        """A group none of whose rows is live starts all its free rows from the prompt (their cache rows hold the
+        prompt since the prefill). The official code starts one such rollout per round, which may branch; with
+        slots shared by the batch that would take up to (N − M) more episodes, so here they start together."""
+        for members in self.members:
+            if not any(rows[i].live for i in members):
+                for i in members:
+                    rows[i].started = True
+
+    def observe(self, out: TurnOutput, live: np.ndarray, vocab_size: int) -> None:
+        """The step entropy of this turn's actions; a row's first one is its H_init."""
+        n = self.cfg.entropy_tokens
+        entropy = arpo_step_entropy(out.top_logprobs[:, :n], out.emitted[:, :n], vocab_size=vocab_size)
+        self.entropy = np.asarray(entropy)
+        first = live & np.isnan(self.initial_entropy)
+        self.initial_entropy[first] = self.entropy[first]
+
+    def branch(self, turn_round: int, rows: list[_Row], envs: list, tool_rows: np.ndarray) -> np.ndarray:
+        """Spawns the copies of the rows that called a tool this round (`arpo_branch_counts`) into free rows of
+        their groups, lowest index first: row record, `env.clone()`. Returns the cache-row source of each row."""
+        remaining = np.array([sum(not rows[i].started for i in m) for m in self.members], np.int32)
+        counts = np.asarray(arpo_branch_counts(
+            jax.random.fold_in(self.key, turn_round), jnp.asarray(self.entropy),
+            jnp.asarray(np.where(np.isnan(self.initial_entropy), self.entropy, self.initial_entropy)),
+            jnp.asarray(tool_rows), jnp.asarray(self.groups), jnp.asarray(remaining),
+            entropy_weight=self.cfg.entropy_weight, branch_probability=self.cfg.branch_probability,
+            beam_size=self.cfg.beam_size))
+        source = np.arange(len(rows))
+        for parent in np.flatnonzero(counts):
+            free = [i for i in self.members[self.groups[parent]] if not rows[i].started]
+            for i in free[:counts[parent]]:
+                rows[i] = rows[parent].branch(parent)
+                envs[i] = envs[parent].clone()
+                self.initial_entropy[i] = np.nan  # set by the copy's first step after the branch (official)
+                source[i] = parent
+        return source
+
+
 def rollout(model_cfg: ModelConfig, params: Params, tokenizer, envs: Sequence[AgentEnv],
             prompts: Sequence[str], group_ids: Sequence[int], key: jax.Array, sampling_cfg: SamplingConfig,
-            cfg: MultiTurnConfig, prompt_bucket: int = 16) -> Trajectories:
+            cfg: MultiTurnConfig, prompt_bucket: int = 16, branching: BranchingConfig | None = None
+            ) -> Trajectories:
     """Runs the B environments (already reset; `prompts[b]` is env b's initial observation text) to the end.
 
-    Turn k of the batch draws with key fold_in(key, k). Every env must have the same action stop strings.
-    `sampling_cfg.max_new_tokens` is the per-turn action budget. Returns the collated `Trajectories`.
+    Round r of the batch draws with key fold_in(key, r) (round r is turn r of every row without branching).
+    Every env must have the same action stop strings. `sampling_cfg.max_new_tokens` is the per-turn action
+    budget. Returns the collated `Trajectories`.
+
+    With `branching` (ARPO, `BranchingConfig`): the first M rows of each group (by `group_ids`) start; after
+    each round, rows that called a tool and got its observation spawn copies into their group's free rows
+    (a copy: the parent's record and KV-cache row up to the branch point, `envs[i] = envs[parent].clone()`,
+    then it samples on its own); once a group has no live row, its remaining free rows start fresh from the
+    prompt. So every group ends with all its rows (unless the slots run out: unstarted rows end `truncated`
+    with no turn). Fresh rows start late, so up to 2·max_turns rounds run: give `cfg.max_context` room.
+    `envs` must be a list; afterwards envs[b] is the env that row b's record played. The learner's "soft"
+    attribution of ARPO is the default: each row carries its own copy of the shared prefix, and plain GRPO over
+    the N rows of a group gives each copy its own row's advantage (`parent_id`, `branch_turn` say which tokens
+    are shared; ARPO's "hard" attribution would give those tokens the mean advantage of the rows sharing them).
     """
     stop_strings = tuple(envs[0].action_stop_strings)
     if any(tuple(e.action_stop_strings) != stop_strings for e in envs):
@@ -303,6 +454,10 @@ def rollout(model_cfg: ModelConfig, params: Params, tokenizer, envs: Sequence[Ag
     stop_sequences = tuple(tuple(tokenizer.encode(s)) for s in stop_strings)
     b = len(envs)
     rows = [_Row([], [], [], []) for _ in range(b)]
+    arpo = None
+    if branching is not None:
+        key, branch_key = jax.random.split(key)
+        arpo = _Branching(branching, rows, group_ids, branch_key)
     prompt_ids = [tokenizer.encode_prompt(p) for p in prompts]
     for row, ids in zip(rows, prompt_ids):
         row.extend(ids, 0, -1)
@@ -316,8 +471,10 @@ def rollout(model_cfg: ModelConfig, params: Params, tokenizer, envs: Sequence[Ag
     cache, logits, positions = append_tokens(model_cfg, params, cache, logits, jnp.zeros((b,), jnp.int32),
                                              jnp.asarray(tokens), jnp.asarray(mask), jnp.int32(0))
     cursor = tokens.shape[1]
-    for turn in range(cfg.max_turns):
-        live = np.array([not r.done for r in rows])
+    for turn_round in range(cfg.max_turns if arpo is None else 2 * cfg.max_turns):
+        if arpo is not None:
+            arpo.start_fills(rows)
+        live = np.array([r.live for r in rows])
         if not live.any():
             break
         if cursor + sampling_cfg.max_new_tokens > cfg.max_context:
@@ -325,13 +482,18 @@ def rollout(model_cfg: ModelConfig, params: Params, tokenizer, envs: Sequence[Ag
                 r.truncated = r.truncated or not r.done
             break
         out = generate_turn(model_cfg, params, cache, logits, positions, jnp.asarray(live), jnp.int32(cursor),
-                            jax.random.fold_in(key, turn), sampling_cfg, stop_sequences)
+                            jax.random.fold_in(key, turn_round), sampling_cfg, stop_sequences,
+                            0 if arpo is None else branching.entropy_top_k)
         cache, logits, positions = out.cache, out.logits, out.positions
+        if arpo is not None:
+            arpo.observe(out, live, model_cfg.vocab_size)
         act_tokens, act_logps, emitted, steps = jax.device_get((out.tokens, out.logprobs, out.emitted, out.steps))
         cursor += int(steps)
         observations = [[] for _ in range(b)]
+        called_tool = np.zeros(b, bool)
         for i in np.flatnonzero(live):
             row = rows[i]
+            turn = len(row.turn_rewards)
             ids = act_tokens[i][emitted[i]]
             row.extend(ids, 1, turn, act_logps[i][emitted[i]])
             result = envs[i].step(tokenizer.decode(ids.tolist()))
@@ -342,6 +504,7 @@ def rollout(model_cfg: ModelConfig, params: Params, tokenizer, envs: Sequence[Ag
                 row.done = row.over_turn = True
             else:
                 observations[i] = truncate_middle(tokenizer.encode(result.obs_text), cfg.max_obs_tokens)
+                called_tool[i] = bool((result.info or {}).get("tool_name"))
         if not any(observations):
             continue
         obs_tokens, obs_mask = _pad_segments(observations, sampling_cfg.pad_id, cfg.obs_bucket)
@@ -349,12 +512,19 @@ def rollout(model_cfg: ModelConfig, params: Params, tokenizer, envs: Sequence[Ag
             for i, obs in enumerate(observations):
                 if obs:
                     rows[i].truncated = rows[i].done = True
+            for r in rows:  # ARPO rows that never started
+                r.truncated = r.truncated or not r.started
             break
         for i, obs in enumerate(observations):
-            rows[i].extend(obs, 2, turn)
+            if obs:
+                rows[i].extend(obs, 2, len(rows[i].turn_rewards) - 1)
         cache, logits, positions = append_tokens(model_cfg, params, cache, logits, positions,
                                                  jnp.asarray(obs_tokens), jnp.asarray(obs_mask), jnp.int32(cursor))
         cursor += obs_tokens.shape[1]
+        if arpo is not None:
+            source = arpo.branch(turn_round, rows, envs, called_tool)
+            if (source != np.arange(b)).any():
+                cache, logits, positions = copy_rows(cache, logits, positions, jnp.asarray(source, jnp.int32))
     outcomes = [[float(env.outcome().get(name, 0.0)) for name in cfg.outcome_components] for env in envs]
     return collate(rows, outcomes, group_ids, cfg, sampling_cfg.pad_id)
 
@@ -390,6 +560,8 @@ def collate(rows: Sequence[_Row], outcomes: Sequence[Sequence[float]], group_ids
         num_turns=jnp.asarray(turn_valid.sum(1), jnp.int32),
         truncated=jnp.asarray([r.truncated for r in rows]), over_turn=jnp.asarray([r.over_turn for r in rows]),
         group_ids=jnp.asarray(group_ids, jnp.int32),
+        parent_id=jnp.asarray([r.parent for r in rows], jnp.int32),
+        branch_turn=jnp.asarray([r.branch_turn for r in rows], jnp.int32),
         turn_reward_names=tuple(cfg.turn_components), outcome_names=tuple(cfg.outcome_components))
 
 

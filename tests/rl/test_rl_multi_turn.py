@@ -484,10 +484,10 @@ def test_turn_entropy_stats():
 
 def test_arpo_step_entropy_and_probability():
     # token 0 top-k p = [0.5, 0.25, 0.25]: H = 0.5·ln2 + 2·0.25·ln4 = 1.5·ln2; token 1 p = [1]: H = 0; token 2 invalid
-    # mean over valid tokens 0.75·ln2, ÷ ln|V| = ln 4 = 2·ln2 -> 0.375
+    # summed over valid tokens (the official code pools them): 1.5·ln2 + 0, ÷ ln|V| = ln 4 = 2·ln2 -> 0.75
     top = jnp.log(jnp.array([[[0.5, 0.25, 0.25], [1.0, 1e-30, 1e-30], [0.3, 0.3, 0.3]]]))
     got = mt.arpo_step_entropy(top, jnp.array([[1, 1, 0]]), vocab_size=4)
-    np.testing.assert_allclose(got, [0.375], rtol=1e-5)
+    np.testing.assert_allclose(got, [0.75], rtol=1e-5)
     # P = clip(0.5 + 0.2·ΔH, 0, 1): ΔH = 1 -> 0.7, 5 -> 1, −5 -> 0
     p = mt.arpo_branch_probability(jnp.array([1.0, 5.0, -5.0]), jnp.zeros(3))
     np.testing.assert_allclose(p, [0.7, 1.0, 0.0], rtol=1e-6)
