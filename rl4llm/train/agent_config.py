@@ -31,11 +31,41 @@ def agent_defaults() -> ml_collections.ConfigDict:
     c.expert_noise = 0.0  # SFT: probability that a turn is the exploration policy's (kept in context, no loss)
     c.answer_template = "<answer>{}</answer>"  # IGPO: the teacher-forced ground-truth action ({} = the answer)
     c.eval_tasks = 64  # held-out tasks of each evaluation (greedy)
+    # ARPO entropy-based adaptive rollout (sampling.multi_turn.BranchingConfig; Dong et al. 2025): M of the
+    # num_generations rollouts of a task start at the prompt, the rest are branched after tool calls or start fresh.
+    c.arpo = ml_collections.ConfigDict()
+    c.arpo.initial_rollouts = 0  # M; 0 = off (all num_generations start at the prompt); ARPO: 1 <= M < N
+    c.arpo.entropy_weight = 0.2  # α
+    c.arpo.branch_probability = 0.5  # β
+    c.arpo.beam_size = 2  # at most beam_size - 1 copies of a rollout per tool call
+    c.arpo.entropy_tokens = 20  # L: the step entropy reads the first L tokens of an action
+    c.arpo.entropy_top_k = 10  # k: ... and the k largest log-probs of each
     return c
 
 
 def is_agent_config(config) -> bool:
     return "agent" in config and bool(config.agent.env)
+
+
+def arpo_config_errors(arpo, num_generations: int) -> list[str]:
+    """Errors of `config.agent.arpo` (initial_rollouts 0 = off)."""
+    m, errors = arpo.initial_rollouts, []
+    if not isinstance(m, int) or m < 0:
+        return [f"config.agent.arpo.initial_rollouts={m!r}: must be an integer >= 0 (0 = off)"]
+    if m == 0:
+        return []
+    if m >= num_generations:
+        errors.append(f"config.agent.arpo.initial_rollouts={m}: must be < config.rl.num_generations="
+                      f"{num_generations} (the free rollouts are the branching budget)")
+    for field in ("beam_size", "entropy_tokens", "entropy_top_k"):
+        low = 2 if field == "beam_size" else 1
+        if not isinstance(arpo[field], int) or arpo[field] < low:
+            errors.append(f"config.agent.arpo.{field}={arpo[field]!r}: must be an integer >= {low}")
+    if not 0.0 <= arpo.branch_probability <= 1.0:
+        errors.append(f"config.agent.arpo.branch_probability={arpo.branch_probability}: must be in [0, 1]")
+    if arpo.entropy_weight < 0:
+        errors.append(f"config.agent.arpo.entropy_weight={arpo.entropy_weight}: must be >= 0")
+    return errors
 
 
 def agent_config_errors(config) -> list[str]:
@@ -44,6 +74,7 @@ def agent_config_errors(config) -> list[str]:
     for field in ("max_action_tokens", "max_obs_tokens", "max_context", "obs_bucket", "record_bucket", "eval_tasks"):
         if not isinstance(agent[field], int) or agent[field] < 1:
             errors.append(f"config.agent.{field}={agent[field]!r}: must be a positive integer")
+    errors += arpo_config_errors(agent.arpo, config.rl.num_generations)
     if not 0.0 <= agent.expert_noise <= 1.0:
         errors.append(f"config.agent.expert_noise={agent.expert_noise}: must be in [0, 1]")
     if agent.answer_template.count("{}") != 1:

@@ -60,6 +60,7 @@ class AgentSetup(trainer.Setup):
     turn_weights: tuple = ()  # ((component index, weight), ...) into mt_cfg.turn_components
     outcome_weights: tuple = ()  # ((component index, weight), ...) into mt_cfg.outcome_components
     logprob_fn: object = None  # `logprob_program`: (params, tokens [N, L], attention [N, L], completion_len)
+    branching: multi_turn.BranchingConfig | None = None  # ARPO rollouts (config.agent.arpo); None = plain
 
 
 def _weights(spec: str, names: tuple[str, ...]) -> tuple:
@@ -92,13 +93,19 @@ def build_agent_setup(config, workdir: str) -> AgentSetup:
         obs_bucket=agent.obs_bucket, record_bucket=agent.record_bucket,
         turn_components=tuple(env.turn_reward_keys), outcome_components=tuple(env.outcome_keys))
     logprob_fn = logprob_program(model_cfg, config.sampling.temperature or 1.0, config.rl.logprob_chunk_size)
+    arpo = agent.arpo
+    branching = None if arpo.initial_rollouts == 0 else multi_turn.BranchingConfig(
+        initial_rollouts=arpo.initial_rollouts, entropy_weight=arpo.entropy_weight,
+        branch_probability=arpo.branch_probability, beam_size=arpo.beam_size, entropy_tokens=arpo.entropy_tokens,
+        entropy_top_k=arpo.entropy_top_k)
     return AgentSetup(
         task=None, eval_examples=(), eval_spec=None, score_fn=None, rewards=None, tokenizer=tokenizer,
         model_cfg=model_cfg, source=source, explore=entry.explore(env_cfg),
         rollout_cfg=rollout_cfg, greedy_cfg=dataclasses.replace(rollout_cfg, temperature=0.0, top_k=0, top_p=1.0),
         mt_cfg=mt_cfg, eval_tasks=tuple(source.test_tasks(agent.eval_tasks)),
         turn_weights=_weights(agent.turn_reward, mt_cfg.turn_components),
-        outcome_weights=_weights(agent.outcome_reward, mt_cfg.outcome_components), logprob_fn=logprob_fn)
+        outcome_weights=_weights(agent.outcome_reward, mt_cfg.outcome_components), logprob_fn=logprob_fn,
+        branching=branching)
 
 
 # ------------------------------------------------------------------------------------------ SFT
@@ -155,8 +162,10 @@ def sft_batch(config, setup: AgentSetup, step: int):
 
 
 def run_episodes(setup: AgentSetup, params, tasks, group_size: int, env_seed: int, key,
-                 sampling_cfg: sampling.SamplingConfig) -> multi_turn.Trajectories:
-    """`group_size` envs per task (a group shares the task and the env seed), rolled out together."""
+                 sampling_cfg: sampling.SamplingConfig, branching: multi_turn.BranchingConfig | None = None
+                 ) -> multi_turn.Trajectories:
+    """`group_size` envs per task (a group shares the task and the env seed), rolled out together (with ARPO
+    `branching`: M per task start, the others are branch copies or later fresh rollouts)."""
     envs, prompts = [], []
     for g, task in enumerate(tasks):
         for _ in range(group_size):
@@ -165,7 +174,7 @@ def run_episodes(setup: AgentSetup, params, tasks, group_size: int, env_seed: in
             envs.append(env)
     group_ids = np.repeat(np.arange(len(tasks)), group_size)
     return multi_turn.rollout(setup.model_cfg, params, setup.tokenizer, envs, prompts, group_ids, key, sampling_cfg,
-                              setup.mt_cfg)
+                              setup.mt_cfg, branching=branching)
 
 
 def weighted(values: np.ndarray, weights: tuple) -> np.ndarray:
@@ -257,6 +266,15 @@ def episode_metrics(arrays: dict) -> dict:
     return metrics
 
 
+def branching_metrics(traj: multi_turn.Trajectories, initial_rollouts: int, num_groups: int) -> dict:
+    """ARPO rollouts of a step: branch copies (`arpo/branches`), fresh rollouts started after their group's tree
+    ended (`arpo/fresh`), rows that never played a turn because the slots ran out (`arpo/unstarted`)."""
+    branches = int((traj.parent_id >= 0).sum())
+    unstarted = int((traj.num_turns == 0).sum())
+    fresh = traj.parent_id.shape[0] - initial_rollouts * num_groups - branches - unstarted
+    return {"arpo/branches": float(branches), "arpo/fresh": float(fresh), "arpo/unstarted": float(unstarted)}
+
+
 def collect_agent_rollouts(config, setup: AgentSetup, programs: trainer.RLPrograms, state, step: int
                            ) -> trainer.RolloutBatch:
     """The learner's inputs of agent RL step `step` (a pure function of the state and step; reads the state)."""
@@ -265,7 +283,7 @@ def collect_agent_rollouts(config, setup: AgentSetup, programs: trainer.RLProgra
     t0 = time.time()
     tasks = setup.source.train_tasks(trainer.RL_DATA_OFFSET + step, rl.num_prompts)
     traj = run_episodes(setup, state.params, tasks, rl.num_generations, step * rl.num_prompts, step_key,
-                        setup.rollout_cfg)
+                        setup.rollout_cfg, setup.branching)
     host = jax.device_get(traj)
     scores = weighted(host.outcome, setup.outcome_weights)  # [B]
     turn_rewards = weighted(host.turn_reward, setup.turn_weights) * host.turn_valid  # [B, K]
@@ -294,6 +312,8 @@ def collect_agent_rollouts(config, setup: AgentSetup, programs: trainer.RLProgra
         "solve_none_frac": float(np.mean(grouped.max(-1) <= 0)),
         "solve_all_frac": float(np.mean(grouped.min(-1) >= 1)),
     }
+    if setup.branching is not None:
+        host_metrics.update(branching_metrics(host, setup.branching.initial_rollouts, rl.num_prompts))
     return trainer.RolloutBatch(step=step, params_version=step, batch=learner_batch(traj, advantages, old_logp),
                                 critic_batch=None, prm_batch=None, current_kl=None, host_metrics=host_metrics,
                                 t_gen=t_gen)
