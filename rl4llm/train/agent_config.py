@@ -29,6 +29,7 @@ def agent_defaults() -> ml_collections.ConfigDict:
     c.turn_reward = "valid_action:1"  # "component:weight,...": the turn reward R^T_k of turn-level estimators
     c.outcome_reward = "correct:1"  # "component:weight,...": the trajectory score R^O (env.outcome() keys)
     c.expert_noise = 0.0  # SFT: probability that a turn is the exploration policy's (kept in context, no loss)
+    c.sft_observation_weight = 0.0  # SFT: loss weight of the observation tokens (auxiliary next-observation loss)
     c.answer_template = "<answer>{}</answer>"  # IGPO: the teacher-forced ground-truth action ({} = the answer)
     c.eval_tasks = 64  # held-out tasks of each evaluation (greedy)
     # ARPO entropy-based adaptive rollout (sampling.multi_turn.BranchingConfig; Dong et al. 2025): M of the
@@ -77,6 +78,8 @@ def agent_config_errors(config) -> list[str]:
     errors += arpo_config_errors(agent.arpo, config.rl.num_generations)
     if not 0.0 <= agent.expert_noise <= 1.0:
         errors.append(f"config.agent.expert_noise={agent.expert_noise}: must be in [0, 1]")
+    if not isinstance(agent.sft_observation_weight, (int, float)) or agent.sft_observation_weight < 0:
+        errors.append(f"config.agent.sft_observation_weight={agent.sft_observation_weight!r}: must be a number >= 0")
     if agent.answer_template.count("{}") != 1:
         errors.append(f"config.agent.answer_template={agent.answer_template!r}: must contain one '{{}}'")
     if "selection" in config and config.selection.method != "uniform":

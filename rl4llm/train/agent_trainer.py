@@ -8,7 +8,9 @@ batches, RL step and evaluation:
 * SFT: each example is an episode of the env's scripted expert (with probability `agent.expert_noise` a turn is
   played by the env's exploration policy instead: it stays in the context, without loss). The sequence is
   encoded exactly as a rollout encodes it (prompt, then each action's tokens and each observation encoded alone),
-  and the loss is on the expert's action tokens only.
+  and the loss is on the expert's action tokens, plus `agent.sft_observation_weight` x the next-token loss on the
+  observation tokens (an auxiliary world-model loss: observations echo and list entity names, which teaches the
+  model to copy names from its context; RL never puts loss on observations).
 * RL step (`collect_agent_rollouts` then `trainer.learn_on_rollouts`): `num_prompts` tasks x `num_generations`
   envs (a group shares task and env seed), batched multi-turn rollouts (`sampling.multi_turn.rollout`), the
   outcome score `agent.outcome_reward` and per-turn rewards `agent.turn_reward` (weighted sums of the env's
@@ -111,20 +113,21 @@ def build_agent_setup(config, workdir: str) -> AgentSetup:
 # ------------------------------------------------------------------------------------------ SFT
 
 
-def encode_episode(tokenizer, task: env_base.TaskSpec, turns, trained: list[bool], max_obs_tokens: int
-                   ) -> tuple[list[int], list[bool]]:
+def encode_episode(tokenizer, task: env_base.TaskSpec, turns, trained: list[bool], max_obs_tokens: int,
+                   observation_weight: float = 0.0) -> tuple[list[int], list[float]]:
     """An episode's tokens as a rollout writes them (prompt; each action; each observation but the last, encoded
-    alone and middle-truncated) and its loss mask: True on the tokens of the actions with `trained[k]`."""
-    ids, loss = list(tokenizer.encode_prompt(task.prompt)), [False]
+    alone and middle-truncated) and its loss weights: 1 on the tokens of the actions with `trained[k]`,
+    `observation_weight` on the observation tokens (SFT's auxiliary next-observation loss), 0 elsewhere."""
+    ids, loss = list(tokenizer.encode_prompt(task.prompt)), [0.0]
     loss *= len(ids)
     for k, (action, obs) in enumerate(turns):
         action_ids = tokenizer.encode(action)
         ids += action_ids
-        loss += [trained[k]] * len(action_ids)
+        loss += [float(trained[k])] * len(action_ids)
         if k + 1 < len(turns):
             obs_ids = multi_turn.truncate_middle(tokenizer.encode(obs), max_obs_tokens)
             ids += obs_ids
-            loss += [False] * len(obs_ids)
+            loss += [observation_weight] * len(obs_ids)
     return ids, loss
 
 
@@ -148,7 +151,8 @@ def sft_batch(config, setup: AgentSetup, step: int):
     rows = []
     for task in setup.source.train_tasks(step, config.sft.batch_size):
         turns, trained = expert_episode(setup, task, config.agent.expert_noise, rng)
-        rows.append(encode_episode(setup.tokenizer, task, turns, trained, setup.mt_cfg.max_obs_tokens))
+        rows.append(encode_episode(setup.tokenizer, task, turns, trained, setup.mt_cfg.max_obs_tokens,
+                                   config.agent.sft_observation_weight))
     width = sampling.bucket_length(max(len(ids) for ids, _ in rows), setup.mt_cfg.record_bucket)
     tokens = np.full((len(rows), width), setup.tokenizer.pad_id, np.int32)
     attention = np.zeros((len(rows), width), np.int32)
