@@ -373,6 +373,15 @@ def copy_rows(cache: KVCache, logits: jax.Array, positions: jax.Array, source: j
     return jax.tree.map(take, cache), take(logits), take(positions)
 
 
+_branch_counts = jax.jit(arpo_branch_counts, static_argnames=("entropy_weight", "branch_probability", "beam_size"))
+
+
+@functools.partial(jax.jit, static_argnames=("num_tokens", "vocab_size"))
+def _step_entropy(top_logprobs: jax.Array, emitted: jax.Array, num_tokens: int, vocab_size: int) -> jax.Array:
+    """`arpo_step_entropy` of the first `num_tokens` tokens of each row's action: [B, A, k], [B, A] -> [B]."""
+    return arpo_step_entropy(top_logprobs[:, :num_tokens], emitted[:, :num_tokens], vocab_size=vocab_size)
+
+
 class _Branching:
     """Host state of an ARPO rollout (`BranchingConfig`): each row's initial step entropy, the group layout."""
 
@@ -400,9 +409,7 @@ class _Branching:
 
     def observe(self, out: TurnOutput, live: np.ndarray, vocab_size: int) -> None:
         """The step entropy of this turn's actions; a row's first one is its H_init."""
-        n = self.cfg.entropy_tokens
-        entropy = arpo_step_entropy(out.top_logprobs[:, :n], out.emitted[:, :n], vocab_size=vocab_size)
-        self.entropy = np.asarray(entropy)
+        self.entropy = np.asarray(_step_entropy(out.top_logprobs, out.emitted, self.cfg.entropy_tokens, vocab_size))
         first = live & np.isnan(self.initial_entropy)
         self.initial_entropy[first] = self.entropy[first]
 
@@ -410,7 +417,7 @@ class _Branching:
         """Spawns the copies of the rows that called a tool this round (`arpo_branch_counts`) into free rows of
         their groups, lowest index first: row record, `env.clone()`. Returns the cache-row source of each row."""
         remaining = np.array([sum(not rows[i].started for i in m) for m in self.members], np.int32)
-        counts = np.asarray(arpo_branch_counts(
+        counts = np.asarray(_branch_counts(
             jax.random.fold_in(self.key, turn_round), jnp.asarray(self.entropy),
             jnp.asarray(np.where(np.isnan(self.initial_entropy), self.entropy, self.initial_entropy)),
             jnp.asarray(tool_rows), jnp.asarray(self.groups), jnp.asarray(remaining),
