@@ -117,6 +117,52 @@ def test_no_branch_with_zero_probability_and_weight_then_free_rows_start_fresh()
     assert len({tuple(map(tuple, _actions(traj, r))) for r in range(N * GROUPS)}) > GROUPS * M
 
 
+def _step_entropies(traj, num_tokens: int, top_k: int) -> np.ndarray:
+    """H[b, k] = Σ_{first num_tokens action tokens of turn k} Σ_{top-k} −p·log p / log|V|, from one full forward
+    over each row's context (temperature 1)."""
+    from rl4llm.models import apply
+
+    mask = traj.attention_mask.astype(np.int32)
+    logits = apply(model_cfg(), params(), traj.tokens, np.maximum(np.cumsum(mask, -1) - 1, 0), mask)[0]
+    top = np.asarray(jax.lax.top_k(jax.nn.log_softmax(logits, -1), top_k)[0])  # [B, T, k]
+    per_token = -(np.exp(top) * top).sum(-1) / np.log(model_cfg().vocab_size)  # [B, T], predicting token t + 1
+    h = np.zeros(traj.turn_valid.shape)
+    for b, k in zip(*np.nonzero(traj.turn_valid)):
+        start, end = traj.turn_start[b, k], traj.turn_end[b, k]
+        h[b, k] = per_token[b, start - 1:min(end, start + num_tokens - 1)].sum()
+    return h
+
+
+def test_branch_decisions_follow_the_entropy_rise_since_the_rows_first_step():
+    """β = 0, α = 10⁶: a row that called a tool branches iff its step entropy rose since its first step (its own first
+    step after a branch, for a copy; so never on that first step, where ΔH = 0) and its group still has a free row
+    (granted in row order; a fresh row starts once its group's tree ended, with every row taken). The entropies are
+    recomputed from a full forward over the record."""
+    traj, envs, _ = arpo_rollout(0.0, 1e6)
+    h = _step_entropies(traj, num_tokens=4, top_k=3)
+    copies = np.flatnonzero(traj.parent_id >= 0)
+    branched = {(int(traj.parent_id[c]), int(traj.branch_turn[c]) - 1) for c in copies}
+    decisions = 0
+    for row in range(N * GROUPS):
+        first = int(traj.branch_turn[row])  # the row's first own step (0 for rows that started at the prompt)
+        group = np.flatnonzero(traj.group_ids == traj.group_ids[row])
+        for k in range(first, int(traj.num_turns[row]) - 1):  # turns followed by an observation
+            if len(envs[row].actions[k]) % 2 == 0:  # no tool call
+                assert (row, k) not in branched
+                continue
+            fresh = traj.parent_id[row] < 0 and row % N >= M
+            free = 0 if fresh else N - M - sum(
+                int(traj.branch_turn[c]) - 1 < k or (int(traj.branch_turn[c]) - 1 == k and traj.parent_id[c] < row)
+                for c in copies if c in group)
+            rise = h[row, k] - h[row, first]
+            if (row, k) in branched:
+                assert rise > 0 and free > 0
+            elif rise > 1e-4:  # u − 10⁶·ΔH <= 0 for every u: only a full group stops it
+                assert free == 0
+            decisions += 1
+    assert len(branched) >= 1 and decisions > len(branched)
+
+
 def test_branching_config_and_agent_config_errors_name_the_field():
     from rl4llm.train import config_validation
     from tests.test_multi_turn import agent_config
