@@ -86,7 +86,8 @@ def test_branch_copies_share_the_parents_record_and_env_state_up_to_the_branch()
     for row, env in enumerate(envs):
         assert [tok.decode(ids) for ids in _actions(traj, row)] == env.actions
         obs = [ids for kind, _, ids in multi_turn.turn_segments(traj, row) if kind == "obs"]
-        assert obs == [multi_turn.truncate_middle(tok.encode(o), MT.max_obs_tokens) for o in env.observations[:len(obs)]]
+        truncated = [multi_turn.truncate_middle(tok.encode(o), MT.max_obs_tokens) for o in env.observations]
+        assert obs == truncated[:len(obs)]
     # The branches went their own way after the branch point.
     assert any(_actions(traj, row)[int(traj.branch_turn[row]):] != _actions(traj, int(traj.parent_id[row]))[
         int(traj.branch_turn[row]):] for row in copies)

@@ -292,7 +292,8 @@ def generate_turn(model_cfg: ModelConfig, params: Params, cache: KVCache, logits
 
     init = TurnOutput(
         tokens=jnp.full((n, a), cfg.pad_id, jnp.int32), logprobs=jnp.zeros((n, a), jnp.float32),
-        top_logprobs=jnp.zeros((n, a, k), jnp.float32), emitted=jnp.zeros((n, a), bool), stopped=jnp.zeros((n,), bool), steps=jnp.int32(0),
+        top_logprobs=jnp.zeros((n, a, k), jnp.float32), emitted=jnp.zeros((n, a), bool),
+        stopped=jnp.zeros((n,), bool), steps=jnp.int32(0),
         cache=cache, logits=logits, positions=positions)
     return jax.lax.while_loop(keep_going, body, init)
 
@@ -450,10 +451,14 @@ def rollout(model_cfg: ModelConfig, params: Params, tokenizer, envs: Sequence[Ag
     then it samples on its own); once a group has no live row, its remaining free rows start fresh from the
     prompt. So every group ends with all its rows (unless the slots run out: unstarted rows end `truncated`
     with no turn). Fresh rows start late, so up to 2·max_turns rounds run: give `cfg.max_context` room.
-    `envs` must be a list; afterwards envs[b] is the env that row b's record played. The learner's "soft"
-    attribution of ARPO is the default: each row carries its own copy of the shared prefix, and plain GRPO over
-    the N rows of a group gives each copy its own row's advantage (`parent_id`, `branch_turn` say which tokens
-    are shared; ARPO's "hard" attribution would give those tokens the mean advantage of the rows sharing them).
+    `envs` must be a list; afterwards envs[b] is the env that row b's record played.
+
+    Advantages: ARPO's default "soft" attribution is what the learner does with this record unchanged: each row
+    carries its own copy of the shared prefix, and plain GRPO over the N rows of a group gives every copy of a
+    shared token its own row's advantage, so the token gets the sum of its d sharing rows' signals. "Hard"
+    attribution (paper §3.3) would instead give each copy of a shared token the mean advantage of the d rows that
+    share it (`parent_id`, `branch_turn` say which tokens those are). On-policy and unclipped the summed gradient on
+    a shared token is the same (d copies, same ratio); they differ once PPO clipping sees each copy's own sign.
     """
     stop_strings = tuple(envs[0].action_stop_strings)
     if any(tuple(e.action_stop_strings) != stop_strings for e in envs):
