@@ -375,14 +375,14 @@ def test_kg_search_recipe_runs_an_rl_step_with_turn_rewards(tmp_path):
 def test_agent_config_errors_name_the_field():
     from rl4llm.train import config_validation
 
-    c = agent_config(advantage="bilevel_gae")
+    c = agent_config(advantage="prime")
     c.agent.turn_reward = "tool_succes:1"
     c.agent.max_context = 0
     c.agent.guess_number.max_turns = 1
     with pytest.raises(config_validation.ConfigError) as e:
         config_validation.validate(c)
     message = str(e.value)
-    for field in ("config.rl.advantage='bilevel_gae'", "config.agent.max_context=0", "guess_number", "max_turns=1"):
+    for field in ("config.rl.advantage='prime'", "config.agent.max_context=0", "guess_number", "max_turns=1"):
         assert field in message, field
     for advantage in ("grpo", "mt_grpo", "igpo", "gtpo"):
         config_validation.validate(agent_config(advantage=advantage))

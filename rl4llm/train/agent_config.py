@@ -9,7 +9,6 @@ import ml_collections
 
 from rl4llm import envs as envs_lib
 from rl4llm.rewards import combine as combine_lib
-from rl4llm.rl import registry
 
 # Standard advantage inputs the agent loop provides on top of the single-turn ones (registry.ADVANTAGE_INPUTS).
 AGENT_ADVANTAGE_INPUTS = ("turn_rewards", "turn_id", "turn_end", "turn_valid", "gt_logprobs")
@@ -85,9 +84,9 @@ def agent_config_errors(config) -> list[str]:
     if "selection" in config and config.selection.method != "uniform":
         errors.append(f"config.selection.method={config.selection.method!r}: agent runs draw tasks uniformly; "
                       "set it to 'uniform'")
-    if config.rl.advantage in registry.RETURNS_VALUE_TARGETS or config.rl.advantage == "prime":
-        errors.append(f"config.rl.advantage={config.rl.advantage!r}: critic / PRM estimators are not wired into the "
-                      "agent loop yet; use grpo, mt_grpo, igpo or gtpo")
+    if config.rl.advantage == "prime":
+        errors.append(f"config.rl.advantage={config.rl.advantage!r}: PRIME's implicit PRM is not wired into the agent "
+                      "loop yet; use grpo, mt_grpo, igpo, gtpo, or a critic: bilevel_gae, gae")
     if agent.env not in envs_lib.ENVS:
         return errors + [f"config.agent.env={agent.env!r}: unknown env; known: {', '.join(sorted(envs_lib.ENVS))}"]
     try:  # the env's own checks name the field (config.agent.<env>.<knob>)

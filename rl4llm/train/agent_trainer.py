@@ -17,6 +17,8 @@ batches, RL step and evaluation:
   components), IGPO's teacher-forced ground-truth log-probs when the estimator needs them, advantages by
   registry name (`grpo` = trajectory-level; `mt_grpo`, `igpo`, `gtpo`: turn-level, `rl.multi_turn`), and a
   LearnerBatch whose completion mask is the loss mask over the whole multi-turn context.
+  Critics (`bilevel_gae`: RAGEN's turn- then token-level GAE; `gae` over the whole context): the main job's value
+  model (`train.critic`, `config.critic`) reads the record, and a CriticBatch of returns on the policy tokens trains it.
 * Evaluation: greedy episodes on the env's held-out tasks: success rate, action validity, tool success.
 """
 
@@ -40,6 +42,7 @@ from rl4llm.rewards import combine as combine_lib
 from rl4llm.rl import registry
 from rl4llm.sampling import multi_turn
 from rl4llm.train import config_validation
+from rl4llm.train import critic as critic_lib
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
 from rl4llm.train import metrics as metrics_lib
@@ -235,6 +238,30 @@ def learner_batch(traj: multi_turn.Trajectories, advantages, old_logp) -> learne
     )
 
 
+def record_values(model_cfg, critic_params, params, traj: multi_turn.Trajectories) -> jax.Array:  # [B, T]
+    """The critic's values on a trajectory record, aligned with its tokens: V[b, t] (t >= 1) is read from the hidden
+    state that predicts token t (`value_head` convention, with `learner_batch`'s layout: every token after the first
+    is a completion position), V[:, 0] = 0. Meaningful only on the loss mask (observation tokens: finite garbage).
+    `params`: the policy's (a shared-trunk critic reads its decoder)."""
+    values = critic_lib.make_values_fn(model_cfg, traj.tokens.shape[1] - 1)(
+        critic_params, params, traj.tokens.astype(jnp.int32), traj.attention_mask.astype(jnp.int32))  # [B, T-1]
+    return jnp.pad(values, ((0, 0), (1, 0)))
+
+
+def critic_batch(traj: multi_turn.Trajectories, values, returns) -> critic_lib.CriticBatch:
+    """The critic's view of a record, in `learner_batch`'s layout (completion mask = loss mask: observation tokens
+    get no value loss). values (rollout-time, the clipping centre), returns (value targets): [B, T] over the
+    record's tokens, zeroed off the loss mask here."""
+    mask = traj.loss_mask[:, 1:].astype(jnp.float32)  # [B, T-1]
+    return critic_lib.CriticBatch(
+        tokens=traj.tokens.astype(jnp.int32),
+        attention_mask=traj.attention_mask.astype(jnp.int32),
+        completion_mask=mask,
+        old_values=jnp.asarray(values)[:, 1:] * mask,
+        returns=jnp.asarray(returns)[:, 1:] * mask,
+    )
+
+
 def episode_arrays(traj: multi_turn.Trajectories) -> dict:
     """The per-episode host arrays of a record that its metrics read (no token axis, so batches concatenate)."""
     t = jax.device_get(traj)
@@ -281,7 +308,9 @@ def branching_metrics(traj: multi_turn.Trajectories, initial_rollouts: int, num_
 
 def collect_agent_rollouts(config, setup: AgentSetup, programs: trainer.RLPrograms, state, step: int
                            ) -> trainer.RolloutBatch:
-    """The learner's inputs of agent RL step `step` (a pure function of the state and step; reads the state)."""
+    """The learner's inputs of agent RL step `step` (a pure function of the state and step; reads the state).
+    With a critic (`critic_lib.uses_critic`): its values of the record (`record_values`) go to the estimator with the
+    turn layout, and its returns, on the policy tokens, to the critic's updates (`critic_batch`)."""
     rl = config.rl
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
@@ -296,9 +325,11 @@ def collect_agent_rollouts(config, setup: AgentSetup, programs: trainer.RLProgra
     if "gt_logprobs" in registry.advantage_inputs(rl.advantage):
         answers = [task.answer for task in tasks for _ in range(rl.num_generations)]
         inputs["gt_logprobs"] = ground_truth_logprobs(setup, state.params, traj, answers, config.agent.answer_template)
+    if critic_lib.uses_critic(config):  # bilevel_gae, gae: the critic's values of the rollout
+        inputs["values"] = record_values(setup.model_cfg, state.critic.params, state.params, traj)
     t_gen = time.time() - t0
     mask = traj.loss_mask.astype(jnp.float32)
-    advantages, _ = trainer._advantages(
+    advantages, returns = trainer._advantages(
         jnp.asarray(scores), traj.group_ids, mask, name=rl.advantage, num_groups=rl.num_prompts,
         kwargs=tuple(sorted(trainer.advantage_kwargs(config).items())),
         **{k: v for k, v in inputs.items() if k in registry.advantage_inputs(rl.advantage)})
@@ -318,8 +349,12 @@ def collect_agent_rollouts(config, setup: AgentSetup, programs: trainer.RLProgra
     }
     if setup.branching is not None:
         host_metrics.update(branching_metrics(host, setup.branching.initial_rollouts, rl.num_prompts))
+    critic = None
+    if returns is not None:
+        critic = critic_batch(traj, inputs["values"], returns)
+        host_metrics.update(critic_lib.value_metrics(inputs["values"], returns, mask))
     return trainer.RolloutBatch(step=step, params_version=step, batch=learner_batch(traj, advantages, old_logp),
-                                critic_batch=None, prm_batch=None, current_kl=None, host_metrics=host_metrics,
+                                critic_batch=critic, prm_batch=None, current_kl=None, host_metrics=host_metrics,
                                 t_gen=t_gen)
 
 

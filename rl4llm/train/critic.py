@@ -165,8 +165,10 @@ def make_shared_trunk_step(model_cfg, lcfg, ccfg: CriticConfig, optimizer, criti
     return jax.jit(step, donate_argnums=0)
 
 
+@functools.lru_cache(maxsize=None)
 def make_values_fn(model_cfg, completion_len: int) -> Callable:
-    """Jitted `(critic params, policy params, tokens, attention_mask) -> values [N, T]` of a rollout."""
+    """Jitted `(critic params, policy params, tokens, attention_mask) -> values [N, T]` of a rollout, one per model
+    and completion length (the agent loop's records come in a few bucketed widths; each compiles once)."""
     return jax.jit(functools.partial(value_head.completion_values, model_cfg, completion_len=completion_len))
 
 
@@ -174,7 +176,8 @@ def make_values_fn(model_cfg, completion_len: int) -> Callable:
 
 
 def uses_critic(config) -> bool:
-    """Whether the run trains a value model: the advantage estimator needs values (`rl.advantage="gae"`)."""
+    """Whether the run trains a value model: the advantage estimator needs values (`registry.RETURNS_VALUE_TARGETS`:
+    "gae"; the agent loop also "bilevel_gae")."""
     return config.rl.advantage in registry.RETURNS_VALUE_TARGETS
 
 
@@ -199,7 +202,10 @@ def init_critic_state(config, model_cfg, policy_params, optimizer) -> CriticStat
     shared = config.critic.shared_trunk
     params = value_head.init_critic(model_cfg, policy_params, shared_trunk=shared)
     if config.critic.checkpoint:
-        params = value_head.load_critic(config.critic.checkpoint, jax.eval_shape(lambda: params))
+        loaded = value_head.load_critic(config.critic.checkpoint, jax.eval_shape(lambda: params))
+        # Restored arrays are committed to a device, fresh ones are not: a committed input makes every jitted step's
+        # outputs committed, so each program (sampler, values, steps) would compile again on RL step 2.
+        params = jax.tree.map(lambda x: jnp.asarray(jax.device_get(x)), loaded)
     return CriticState(params=params, opt_state=optimizer.init(params))
 
 
