@@ -147,7 +147,8 @@ class Trajectories(flax.struct.PyTreeNode):
     outcome:        [B, D] float32, `env.outcome()` components named by `outcome_names`.
     num_turns:      [B] int32.
     truncated:      [B] bool, stopped because the context slots ran out.
-    over_turn:      [B] bool, not done after `max_turns` turns.
+    over_turn:      [B] bool, not finished after `max_turns` turns (the rollout's cap, or the env's own: it ended
+                    the episode with `info["truncated"]`, `envs.base`).
     group_ids:      [B] int32.
     parent_id:      [B] int32, ARPO: the row this one was copied from (-1: started at the prompt).
     branch_turn:    [B] int32, ARPO: turns k < branch_turn (and the observation after the last of them) are the
@@ -510,8 +511,8 @@ def rollout(model_cfg: ModelConfig, params: Params, tokenizer, envs: Sequence[Ag
             row.extend(ids, 1, turn, act_logps[i][emitted[i]])
             result = envs[i].step(tokenizer.decode(ids.tolist()))
             row.turn_rewards.append(turn_components(result, cfg.turn_components))
-            if result.done:
-                row.done = True
+            if result.done:  # an env that hit its own turn cap says so (envs.base: info["truncated"])
+                row.done, row.over_turn = True, bool((result.info or {}).get("truncated"))
             elif turn + 1 == cfg.max_turns:
                 row.done = row.over_turn = True
             else:
