@@ -40,6 +40,20 @@ def agent_defaults() -> ml_collections.ConfigDict:
     c.arpo.beam_size = 2  # at most beam_size - 1 copies of a rollout per tool call
     c.arpo.entropy_tokens = 20  # L: the step entropy reads the first L tokens of an action
     c.arpo.entropy_top_k = 10  # k: ... and the k largest log-probs of each
+    # Mini-o3 over-turn masking (Lai et al. 2025): trajectories cut by the turn cap or the context limit get no
+    # loss (their advantages still enter their groups' statistics), so they are not penalised as failures.
+    c.over_turn_mask = False
+    # EPO (Xu et al. 2025; train.epo, rl.multi_turn.epo_entropy_loss): L += -coef·(agg(H) - smooth_coef·w·agg(P)),
+    # P = alpha·[relu(kappa_low·H̄_k - H) + relu(H - kappa_high·H̄_k)] around turn index k's historical mean
+    # entropy H̄_k, w = the phase weight of the RL step over total_epochs. Its entropy bonus adds to
+    # config.rl.entropy_coef's.
+    c.epo = ml_collections.ConfigDict()
+    c.epo.coef = 0.0  # λ; 0 = off (EPO: 0.001)
+    c.epo.smooth_coef = 1.0  # c_s
+    c.epo.kappa_low = 0.0  # κ_l (the paper's setting)
+    c.epo.kappa_high = 2.0  # κ_r
+    c.epo.alpha = 0.05  # ScienceWorld; 0.1 ALFWorld
+    c.epo.total_epochs = 150  # E of the phase weight (official code: 150); the epoch is the RL step
     return c
 
 
@@ -68,6 +82,20 @@ def arpo_config_errors(arpo, num_generations: int) -> list[str]:
     return errors
 
 
+def epo_config_errors(epo) -> list[str]:
+    """Errors of `config.agent.epo` (coef 0 = off; ml_collections keeps the fields' types)."""
+    errors = [f"config.agent.epo.{field}={epo[field]!r}: must be >= 0"
+              for field in ("coef", "smooth_coef", "kappa_low", "kappa_high", "alpha") if epo[field] < 0]
+    if errors or epo.coef == 0:
+        return errors
+    if epo.kappa_high <= epo.kappa_low:
+        errors.append(f"config.agent.epo.kappa_high={epo.kappa_high}: must be > config.agent.epo.kappa_low="
+                      f"{epo.kappa_low} (the corridor is (kappa_low·H̄, kappa_high·H̄))")
+    if epo.total_epochs < 1:
+        errors.append(f"config.agent.epo.total_epochs={epo.total_epochs}: must be >= 1")
+    return errors
+
+
 def agent_config_errors(config) -> list[str]:
     """Errors of the `config.agent` section (config_validation reports them with the rest)."""
     agent, errors = config.agent, []
@@ -75,6 +103,7 @@ def agent_config_errors(config) -> list[str]:
         if not isinstance(agent[field], int) or agent[field] < 1:
             errors.append(f"config.agent.{field}={agent[field]!r}: must be a positive integer")
     errors += arpo_config_errors(agent.arpo, config.rl.num_generations)
+    errors += epo_config_errors(agent.epo)
     if not 0.0 <= agent.expert_noise <= 1.0:
         errors.append(f"config.agent.expert_noise={agent.expert_noise}: must be in [0, 1]")
     if not isinstance(agent.sft_observation_weight, (int, float)) or agent.sft_observation_weight < 0:

@@ -39,10 +39,12 @@ from rl4llm import envs as envs_lib
 from rl4llm import sampling
 from rl4llm.envs import base as env_base
 from rl4llm.rewards import combine as combine_lib
+from rl4llm.rl import multi_turn as turn_kernels
 from rl4llm.rl import registry
 from rl4llm.sampling import multi_turn
 from rl4llm.train import config_validation
 from rl4llm.train import critic as critic_lib
+from rl4llm.train import epo as epo_lib
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
 from rl4llm.train import metrics as metrics_lib
@@ -220,14 +222,21 @@ def ground_truth_logprobs(setup: AgentSetup, params, traj: multi_turn.Trajectori
     return jnp.asarray(out)
 
 
-def learner_batch(traj: multi_turn.Trajectories, advantages, old_logp) -> learner_lib.LearnerBatch:
+def learner_batch(traj: multi_turn.Trajectories, advantages, old_logp, *, over_turn_mask: bool = False
+                  ) -> learner_lib.LearnerBatch:
     """The learner's view of a trajectory record: the whole context is the sequence and every token after the
     first is a "completion" position, with completion_mask = loss_mask (policy tokens only: prompt,
-    observations and padding get no loss, KL or entropy).
+    observations and padding get no loss, KL or entropy) and the record's turn ids (EPO reads them).
+
+    With `over_turn_mask` (Mini-o3, `rl.multi_turn.over_turn_mask`), the rows of the trajectories cut by the turn
+    cap or the context limit (`over_turn | truncated`) get completion mask 0: no loss, KL or entropy, and the
+    token-mean is over the other rows' tokens; `advantages`, computed before, kept them in their groups.
 
     advantages, old_logp: [B, T] over the record's tokens. Returns a LearnerBatch with completion length T - 1.
     """
     mask = traj.loss_mask[:, 1:].astype(jnp.float32)  # [B, T-1]
+    if over_turn_mask:
+        mask = turn_kernels.over_turn_mask(mask, traj.over_turn | traj.truncated)
     return learner_lib.LearnerBatch(
         tokens=traj.tokens.astype(jnp.int32),
         attention_mask=traj.attention_mask.astype(jnp.int32),
@@ -235,6 +244,7 @@ def learner_batch(traj: multi_turn.Trajectories, advantages, old_logp) -> learne
         advantages=jnp.asarray(advantages)[:, 1:] * mask,
         old_logp=jnp.asarray(old_logp)[:, 1:],
         sampler_logp=traj.behaviour_logp[:, 1:],
+        turn_id=traj.turn_id[:, 1:],
     )
 
 
@@ -349,24 +359,39 @@ def collect_agent_rollouts(config, setup: AgentSetup, programs: trainer.RLProgra
     }
     if setup.branching is not None:
         host_metrics.update(branching_metrics(host, setup.branching.initial_rollouts, rl.num_prompts))
+    if config.agent.over_turn_mask:  # the fraction of trajectories whose loss is masked
+        host_metrics["over_turn_masked_frac"] = float(np.mean(host.over_turn | host.truncated))
     critic = None
     if returns is not None:
         critic = critic_batch(traj, inputs["values"], returns)
         host_metrics.update(critic_lib.value_metrics(inputs["values"], returns, mask))
-    return trainer.RolloutBatch(step=step, params_version=step, batch=learner_batch(traj, advantages, old_logp),
-                                critic_batch=critic, prm_batch=None, current_kl=None, host_metrics=host_metrics,
-                                t_gen=t_gen)
+    batch = learner_batch(traj, advantages, old_logp, over_turn_mask=config.agent.over_turn_mask)
+    return trainer.RolloutBatch(step=step, params_version=step, batch=batch, critic_batch=critic, prm_batch=None,
+                                current_kl=None, host_metrics=host_metrics, t_gen=t_gen)
 
 
 def agent_rl_step(config, setup: AgentSetup, programs: trainer.RLPrograms, state, step: int):
-    """One synchronous agent RL step: `collect_agent_rollouts`, then the main job's `learn_on_rollouts`."""
+    """One synchronous agent RL step: `collect_agent_rollouts`, then the main job's `learn_on_rollouts` (with EPO,
+    at RL step `step`: the phase weight's epoch, logged as epo/phase_weight)."""
     t0 = time.time()
     rollouts = collect_agent_rollouts(config, setup, programs, state, step)
     t1 = time.time()
+    if state.epo is not None:
+        state = state.replace(epo=state.epo.replace(step=jnp.asarray(step, jnp.int32)))
     state, metrics = trainer.learn_on_rollouts(config, programs, state, rollouts, step)
     t_step = time.time() - t0
     metrics.update(trainer._step_timing(rollouts, t_step - (t1 - t0), t_step))
+    if state.epo is not None:
+        weight = turn_kernels.epo_phase_weight(step, total_epochs=config.agent.epo.total_epochs)
+        metrics["epo/phase_weight"] = float(weight)
     return state, metrics
+
+
+def init_agent_state(setup: AgentSetup, config, init_params, optimizer, key, critic=None, prm=None):
+    """The RL stage's initial TrainState (`trainer.init_rl_state`), with EPO's empty per-turn history of the env's
+    turn cap (`train.epo`) when `config.agent.epo.coef > 0`."""
+    state = trainer.init_rl_state(config, init_params, optimizer, key, critic, prm)
+    return state.replace(epo=epo_lib.init_state(setup.mt_cfg.max_turns)) if config.agent.epo.coef else state
 
 
 def evaluate(setup: AgentSetup, params, key, batch_size: int) -> dict:
@@ -405,7 +430,7 @@ def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
                                            evaluate_fn=eval_fn)
     _, rl_eval, rl_steps = trainer.run_rl(config, setup, sft_params, key, writer, workdir,
                                           stop_after_step=stop_after_rl_step, step_fn=agent_rl_step,
-                                          evaluate_fn=eval_fn)
+                                          evaluate_fn=eval_fn, init_state_fn=functools.partial(init_agent_state, setup))
     writer.close()
     rl_eval = rl_eval or sft_eval
     summary = {

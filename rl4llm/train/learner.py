@@ -28,6 +28,7 @@ from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import losses as losses_lib
 from rl4llm.rl import registry
+from rl4llm.train import epo as epo_lib
 from rl4llm.train import logprobs as logprobs_lib
 
 
@@ -47,6 +48,7 @@ class TrainState(flax.struct.PyTreeNode):
     # rl4llm.data.selection.SelectionState (host numpy: per-prompt statistics, replay buffer) under
     # config.selection's per-prompt methods; None otherwise. Checkpointed; never an input of the jitted step.
     selection: Any = None
+    epo: Any = None  # train.epo.EPOState: EPO's per-turn entropy history (config.agent.epo.coef > 0); None otherwise
 
 
 class LearnerBatch(flax.struct.PyTreeNode):
@@ -61,6 +63,7 @@ class LearnerBatch(flax.struct.PyTreeNode):
     token_weights: Any = None  # [N, T] float32 multiplied into the loss's is_weights (e.g. forking-token mask)
     proxy_logp: Any = None  # [N, T] float32 Lp-Reg proxy log-probs (losses that declare proxy_logp)
     target_advantages: Any = None  # [N] float32 GBPO targets (losses that declare target_advantages)
+    turn_id: Any = None  # [N, T] int32 turn index of each completion token, -1 elsewhere (multi-turn batches: EPO)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +83,7 @@ class LearnerConfig:
     tis_cap: float = 0.0  # > 0: truncated IS weights against the sampler log-probs on the policy loss
     tis_level: str = "token"  # "token" | "sequence" (losses.truncated_is_weights)
     logprob_vocab_chunk_size: int = 0  # > 0: vocabulary entries projected at once (online logsumexp); 0: all
+    epo: tuple = ()  # EPO's settings (train.epo.learner_settings); (): no EPO term
 
 
 LR_SCHEDULES = ("constant", "cosine")
@@ -228,13 +232,14 @@ def minibatch_token_stats(model_cfg, cfg: LearnerConfig, params, batch: LearnerB
 
 def _microbatch_loss(
     model_cfg, cfg: LearnerConfig, params, ref_params, coefs, mb: LearnerBatch, agg_weights, token_stats, key,
-    head_loss: Callable | None = None, head_params=None, head_mb=None,
+    head_loss: Callable | None = None, head_params=None, head_mb=None, epo=None,
 ):
     """Loss of one micro-batch (its share of the whole-batch aggregate), summed metrics, the head loss's summed
     metrics (None without one), and the micro-batch's (log-probs, entropies) [m, T] without gradient.
     `token_stats`: the micro-batch's slice of `minibatch_token_stats` (None: the loss computes its own).
     `head_loss(head_params, hidden [m, T, E], head_mb) -> (loss, sums)`: a loss read from the same completion
-    hidden states as the log-probs (one decoder forward), added to the policy loss (`HeadLoss`)."""
+    hidden states as the log-probs (one decoder forward), added to the policy loss (`HeadLoss`).
+    `epo`: the state's `train.epo.EPOState` (read when `cfg.epo` is set)."""
     kl_coef, entropy_coef = coefs
     completion_len = mb.completion_mask.shape[1]
     logp_fn = _logprob_fn(model_cfg, cfg, completion_len)
@@ -273,6 +278,10 @@ def _microbatch_loss(
         sums["kl"] = jnp.sum(kl * mask)
     if entropy_coef is not None:
         loss = loss - entropy_coef * jnp.sum(entropy * agg_weights)
+    if cfg.epo:  # EPO's entropy bonus and per-turn corridor; its metrics are whole-batch aggregates once summed
+        epo_loss, epo_metrics = epo_lib.loss(cfg.epo, epo, entropy, mb.turn_id, mask, agg_weights)
+        loss = loss + epo_loss
+        sums.update(epo_metrics)
     # Loss metrics are masked means over the micro-batch: weight them by its token count.
     tokens = jnp.sum(mask)
     sums.update({f"{k}_tokensum": v * tokens for k, v in loss_metrics.items()})
@@ -332,7 +341,7 @@ def policy_gradients(model_cfg, cfg: LearnerConfig, state: TrainState, batch: Le
 
     def loss_fn(t, h, mb, mb_weights, mb_stats, mb_head):
         return _microbatch_loss(model_cfg, cfg, lora.with_trainable(state.params, t), ref_params, coefs, mb,
-                                mb_weights, mb_stats, key, head_fn, h, mb_head)
+                                mb_weights, mb_stats, key, head_fn, h, mb_head, state.epo)
 
     grad_fn = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
 
@@ -366,11 +375,15 @@ def apply_policy_gradients(optimizer: optax.GradientTransformation, state: Train
     sums = dict(pg.sums)
     tokens = jnp.maximum(sums.pop("tokens"), 1.0)
     metrics = {"loss/pg": sums.pop("pg_loss"), "grad_norm": optax.tree.norm(pg.grads)}
+    metrics.update({k: sums.pop(k) for k in [k for k in sums if k.startswith("epo/")]})  # summed aggregates
     if "kl_loss" in sums:
         metrics["loss/kl"] = sums.pop("kl_loss")
     metrics.update({k.removesuffix("_tokensum"): v / tokens for k, v in sums.items()})
     metrics.update(token_statistics(pg.logp, pg.entropy, batch.advantages, batch.completion_mask))
-    return state.replace(params=params, opt_state=opt_state), metrics
+    state = state.replace(params=params, opt_state=opt_state)
+    if state.epo is not None:  # EPO: this update's entropies join the per-turn history of the next updates
+        state = state.replace(epo=epo_lib.accumulate(state.epo, pg.entropy, batch.turn_id, batch.completion_mask))
+    return state, metrics
 
 
 def learner_step(

@@ -47,6 +47,7 @@ from rl4llm.train import batches
 from rl4llm.train import checkpointing
 from rl4llm.train import config_validation
 from rl4llm.train import critic as critic_lib
+from rl4llm.train import epo as epo_lib
 from rl4llm.train import evaluate as evaluate_lib
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
@@ -314,6 +315,7 @@ def learner_config(config) -> learner_lib.LearnerConfig:
         use_old_logp=several_updates_per_step(config),
         tis_cap=rl.tis_cap,
         tis_level=rl.tis_level,
+        epo=epo_lib.learner_settings(config),
     )
 
 
@@ -814,13 +816,15 @@ def build_rl_programs(config, setup: Setup, optimizer, critic_optimizer=None, pr
 
 
 def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop_after_step=None,
-           step_fn: Callable = None, evaluate_fn: Callable = None):
+           step_fn: Callable = None, evaluate_fn: Callable = None, init_state_fn: Callable = None):
     """RL stage; returns (final params, last eval metrics, steps done).
 
-    `step_fn(config, setup, programs, state, step)` -> (state, metrics) and `evaluate_fn(setup, params, key)`
-    default to `rl_step` and `_evaluate`; the agent job (`train.agent_trainer`) passes its own.
+    `step_fn(config, setup, programs, state, step)` -> (state, metrics), `evaluate_fn(setup, params, key)` and
+    `init_state_fn` (`init_rl_state`'s signature) default to `rl_step`, `_evaluate` and `init_rl_state`; the agent
+    job (`train.agent_trainer`) passes its own.
     """
     step_fn, evaluate_fn = step_fn or rl_step, evaluate_fn or _evaluate
+    init_state_fn = init_state_fn or init_rl_state
     rl = config.rl
     optimizer = learner_lib.make_optimizer(
         rl.learning_rate, rl.warmup_steps, rl.weight_decay, rl.grad_clip,
@@ -834,7 +838,7 @@ def run_rl(config, setup: Setup, init_params, key, writer, workdir: str, *, stop
     if prime_lib.uses_prm(config):
         prm_optimizer = prime_lib.make_prm_optimizer(config)
         prm = prime_lib.init_prm_state(init_params, prm_optimizer)
-    state = _placed(setup, init_rl_state(config, init_params, optimizer, key, critic, prm))
+    state = _placed(setup, init_state_fn(config, init_params, optimizer, key, critic, prm))
     selection = setup.selector.init_state() if setup.selector is not None else None  # the agent job has none
     state = state.replace(selection=selection)  # per-prompt statistics, replay buffer (or None)
     ckpt = checkpointing.Checkpointer(
