@@ -17,8 +17,9 @@ batches, RL step and evaluation:
   components), IGPO's teacher-forced ground-truth log-probs when the estimator needs them, advantages by
   registry name (`grpo` = trajectory-level; `mt_grpo`, `igpo`, `gtpo`: turn-level, `rl.multi_turn`), and a
   LearnerBatch whose completion mask is the loss mask over the whole multi-turn context.
-  Critics (`bilevel_gae`: RAGEN's turn- then token-level GAE; `gae` over the whole context): the main job's value
-  model (`train.critic`, `config.critic`) reads the record, and a CriticBatch of returns on the policy tokens trains it.
+  Critics (`bilevel_gae`: RAGEN's turn- then token-level GAE; `gae`: token-level over the whole context, the outcome
+  on the last action token, turn rewards unused): the main job's value model (`train.critic`, `config.critic`) reads
+  the record, and a CriticBatch of returns on the policy tokens trains it.
 * Evaluation: greedy episodes on the env's held-out tasks: success rate, action validity, tool success.
 """
 
