@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import types
 
 import jax
 import jax.numpy as jnp
@@ -15,17 +14,17 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
+from rl4llm.models import ModelConfig, init_params
 from rl4llm.train import agent_trainer
 from rl4llm.train import epo as epo_lib
 from rl4llm.train import learner as learner_lib
-from rl4llm.train import logprobs as logprobs_lib
 from rl4llm.train import trainer
-from tests.test_multi_turn import MT, agent_config, model_cfg, params, rollout_and_envs
+from tests.test_multi_turn import agent_config
 
 
 def _cfg(**kwargs) -> learner_lib.LearnerConfig:
     base = dict(loss="ppo_clip", loss_kwargs=(), agg_mode="token-mean", kl_coef=0.0, kl_kind="k3", entropy_coef=0.01,
-                temperature=1.0, micro_batch_size=0, logprob_chunk_size=16, use_old_logp=True)
+                temperature=1.0, micro_batch_size=0, logprob_chunk_size=64, use_old_logp=True)
     return learner_lib.LearnerConfig(**(base | kwargs))
 
 
@@ -35,103 +34,141 @@ def _epo(coef=0.1, smooth_coef=1.0, kappa_low=0.0, kappa_high=2.0, alpha=0.5, to
                              alpha=alpha, total_epochs=total_epochs).items()))
 
 
+# ----------------------------------------------------------------------------------- agent runs and records
+
+
+@pytest.fixture(scope="module")
+def epo_runs(tmp_path_factory):
+    """A 2-step EPO agent run on guess-the-number (the corridor (0, H̄/2) lies below every entropy, so the penalty is
+    on) and the same run interrupted after RL step 1 (its workdir with the SFT stage and RL checkpoint 1 only),
+    resumed; and the run's setup (its compiled rollout programs serve the other tests)."""
+    config = agent_config()
+    config.sft.steps = 1
+    config.eval.every = 100  # no evaluation before the last step
+    config.agent.epo.update(coef=0.01, kappa_high=0.5, alpha=0.1, total_epochs=4)
+    full, resumed = str(tmp_path_factory.mktemp("epo") / "full"), str(tmp_path_factory.mktemp("epo") / "resumed")
+    agent_trainer.run(config, full)
+    shutil.copytree(full, resumed)
+    shutil.rmtree(os.path.join(resumed, "checkpoints", "rl", "2"))
+    os.remove(os.path.join(resumed, "metrics.jsonl"))
+    agent_trainer.run(config, resumed)
+    return config, full, resumed, agent_trainer.build_agent_setup(config, full)
+
+
+@pytest.fixture(scope="module")
+def record(epo_runs):
+    """(setup, params, record) of 2 guess-the-number tasks x 2 episodes, with hand-set flags and scores: row 0 cut
+    by the turn cap, row 2 by the context limit; scores (0, 1 | 1, 0)."""
+    config, _, _, setup = epo_runs
+    params = trainer.initial_params(config, setup.model_cfg, jax.random.key(0))
+    traj = agent_trainer.run_episodes(setup, params, setup.source.train_tasks(0, 2), 2, 0, jax.random.key(1),
+                                      setup.rollout_cfg)
+    traj = traj.replace(over_turn=jnp.asarray([True, False, False, False]),
+                        truncated=jnp.asarray([False, False, True, False]),
+                        outcome=jnp.asarray(traj.outcome).at[:, 0].set(jnp.asarray([0.0, 1.0, 1.0, 0.0])))
+    return setup, params, jax.device_get(traj)
+
+
 @functools.cache
-def _step(cfg: learner_lib.LearnerConfig):
+def _step(model_cfg, cfg: learner_lib.LearnerConfig):
     optimizer = learner_lib.make_optimizer(1e-3, 0, 0.0, 0.0)
-    return learner_lib.make_learner_step(model_cfg(), cfg, optimizer), optimizer
+    return learner_lib.make_learner_step(model_cfg, cfg, optimizer), optimizer
 
 
-def _update(cfg, batch, epo=None):
-    step, optimizer = _step(cfg)
-    p = params()
-    state = learner_lib.TrainState(params=jax.tree.map(jnp.copy, p), opt_state=optimizer.init(p), ref_params=None,
-                                   key=jax.random.key_data(jax.random.key(0)), epo=epo)
+def _update(setup, params, cfg, batch, epo=None):
+    step, optimizer = _step(setup.model_cfg, cfg)
+    state = learner_lib.TrainState(params=jax.tree.map(jnp.copy, params), opt_state=optimizer.init(params),
+                                   ref_params=None, key=jax.random.key_data(jax.random.key(0)), epo=epo)
     state, metrics = step(state, batch, jax.random.key(0))
     return np.asarray(ravel_pytree(state.params)[0]), jax.device_get(metrics), jax.device_get(state.epo)
 
 
-def _echo_batch(over_turn_mask: bool, truncated_row: int = 6):
-    """The agent loop's learner batch of the echo-env rollouts (4 groups of 2; row 0 ended over the turn cap; row
-    `truncated_row` is flagged as cut by the context limit here), trajectory-GRPO advantages as the loop computes
-    them (the outcome z-scored in its group, the cut rows included)."""
-    traj, _, _ = rollout_and_envs()
-    truncated = np.zeros_like(traj.truncated)
-    truncated[truncated_row] = True
-    traj = traj.replace(truncated=truncated)
-    scores = jnp.asarray(traj.outcome[:, 0])
-    advantages, _ = trainer._advantages(scores, jnp.asarray(traj.group_ids), jnp.asarray(traj.loss_mask, jnp.float32),
-                                        name="grpo", num_groups=4, kwargs=())
-    return traj, agent_trainer.learner_batch(traj, advantages, traj.behaviour_logp, over_turn_mask=over_turn_mask)
+def _batch(traj, over_turn_mask: bool):
+    """The agent loop's learner batch of `traj` with trajectory-GRPO advantages as the loop computes them (the
+    outcome z-scored in its group, the cut rows included)."""
+    advantages, _ = trainer._advantages(jnp.asarray(traj.outcome[:, 0]), jnp.asarray(traj.group_ids),
+                                        jnp.asarray(traj.loss_mask, jnp.float32), name="grpo", num_groups=2, kwargs=())
+    return agent_trainer.learner_batch(traj, advantages, traj.behaviour_logp, over_turn_mask=over_turn_mask)
 
 
 # --------------------------------------------------------------------------------------- over-turn masking
 
 
-def test_over_turn_masked_trajectories_get_no_loss_but_stay_in_their_groups():
-    traj, plain = _echo_batch(over_turn_mask=False)
-    _, masked = _echo_batch(over_turn_mask=True)
+def test_over_turn_masked_trajectories_get_no_loss_but_stay_in_their_groups(record):
+    setup, params, traj = record
+    plain, masked = _batch(traj, False), _batch(traj, True)
     cut = np.asarray(traj.over_turn | traj.truncated)
-    assert cut.tolist() == [True, False, False, False, False, False, True, False]  # row 0: turn cap; row 6: context
+    assert cut.tolist() == [True, False, True, False]  # row 0: turn cap; row 2: context limit
     mask, plain_mask = np.asarray(masked.completion_mask), np.asarray(plain.completion_mask)
     assert (mask[cut] == 0).all() and (np.asarray(masked.advantages)[cut] == 0).all() and plain_mask[cut].sum() > 0
     np.testing.assert_array_equal(mask[~cut], plain_mask[~cut])
     np.testing.assert_array_equal(np.asarray(masked.advantages)[~cut], np.asarray(plain.advantages)[~cut])
-    # Groups {0, 1} and {6, 7}: scores (0, 1) and (1, 0). The advantages kept the cut row in its group:
+    # Groups {0, 1} and {2, 3}: scores (0, 1) and (1, 0). The advantages kept the cut row in its group:
     # A = ±(1 - 0.5) / std_unbiased(0, 1) = ±0.5 / sqrt(0.5) = ±0.7071 (a group without it would give 0).
-    for row, expected in ((1, 0.5 / np.sqrt(0.5)), (7, -0.5 / np.sqrt(0.5))):
+    for row, expected in ((1, 0.5 / np.sqrt(0.5)), (3, -0.5 / np.sqrt(0.5))):
         on = plain_mask[row] > 0
         np.testing.assert_allclose(np.asarray(masked.advantages)[row][on], expected, rtol=1e-5)
     # No loss from the cut rows: the update ignores their advantages under the mask, not without it.
     noisy = np.where(cut[:, None], 50.0, np.asarray(masked.advantages)).astype(np.float32)
-    base_params, base, _ = _update(_cfg(), masked)
-    noisy_params, noisy_metrics, _ = _update(_cfg(), masked.replace(advantages=jnp.asarray(noisy)))
+    base_params, base, _ = _update(setup, params, _cfg(), masked)
+    noisy_params, noisy_metrics, _ = _update(setup, params, _cfg(), masked.replace(advantages=jnp.asarray(noisy)))
     np.testing.assert_array_equal(noisy_params, base_params)
     assert noisy_metrics["entropy"] == base["entropy"]
-    unmasked_params, _, _ = _update(_cfg(), plain)
-    unmasked_noisy_params, _, _ = _update(_cfg(), plain.replace(advantages=jnp.asarray(noisy)))
+    unmasked_params, _, _ = _update(setup, params, _cfg(), plain)
+    unmasked_noisy_params, _, _ = _update(setup, params, _cfg(), plain.replace(advantages=jnp.asarray(noisy)))
     assert np.abs(unmasked_noisy_params - unmasked_params).max() > 1e-5
+
+
+def test_over_turn_mask_flag_masks_the_cut_trajectories_of_an_agent_step(epo_runs):
+    """config.agent.over_turn_mask in collect_agent_rollouts: the rows the env cut at its turn cap get completion
+    mask 0, the others keep their loss mask and advantages, and the masked fraction is logged."""
+    config, _, _, setup = epo_runs
+    state = trainer.init_rl_state(config, trainer.initial_params(config, setup.model_cfg, jax.random.key(0)),
+                                  learner_lib.make_optimizer(1e-3, 0, 0.0, 0.0), jax.random.key(0))
+    plain = agent_trainer.collect_agent_rollouts(config, setup, None, state, 0)
+    config.agent.over_turn_mask = True
+    masked = agent_trainer.collect_agent_rollouts(config, setup, None, state, 0)
+    config.agent.over_turn_mask = False
+    cut = np.asarray(plain.batch.completion_mask).sum(-1) != np.asarray(masked.batch.completion_mask).sum(-1)
+    assert masked.host_metrics["over_turn_masked_frac"] == cut.mean() == plain.host_metrics["over_turn_frac"] > 0
+    assert (np.asarray(masked.batch.completion_mask)[cut] == 0).all()
+    np.testing.assert_array_equal(np.asarray(masked.batch.advantages)[~cut], np.asarray(plain.batch.advantages)[~cut])
+    np.testing.assert_array_equal(np.asarray(masked.batch.completion_mask)[~cut],
+                                  np.asarray(plain.batch.completion_mask)[~cut])
 
 
 # ---------------------------------------------------------------------------------------------------- EPO
 
 
-def _history(entropy: np.ndarray, turn_id: np.ndarray, mask: np.ndarray, num_turns: int):
-    """(Σ H, Σ 1) per turn index, by loops."""
-    sums, counts = np.zeros(num_turns), np.zeros(num_turns)
-    for (i, t) in zip(*np.nonzero(mask)):
-        sums[turn_id[i, t]] += entropy[i, t]
-        counts[turn_id[i, t]] += 1
-    return sums, counts
-
-
-def test_epo_with_zero_coef_is_the_baseline_learner_step_and_the_update_extends_the_history():
+def test_epo_with_zero_coef_is_the_baseline_learner_step_and_the_update_extends_the_history(record):
     """coef 0 in the config: no EPO term and no EPO state (the learner program and checkpoint are the baseline's);
-    coef 0 in the learner with a history: the same update, and the history grows by this batch's per-turn sums."""
+    coef 0 in the learner with a history: the same update, and the history grows by this batch's per-turn totals."""
+    setup, params, traj = record
     config = agent_config()
-    assert config.agent.epo.coef == 0 and trainer.learner_config(config).epo == ()
-    setup = types.SimpleNamespace(mt_cfg=MT)
     optimizer = learner_lib.make_optimizer(1e-3, 0, 0.0, 0.0)
-    assert agent_trainer.init_agent_state(setup, config, params(), optimizer, jax.random.key(0)).epo is None
+    assert config.agent.epo.coef == 0 and trainer.learner_config(config).epo == ()
+    assert agent_trainer.init_agent_state(setup, config, params, optimizer, jax.random.key(0)).epo is None
     config.agent.epo.coef = 0.001
-    assert dict(epo_lib.learner_settings(config))["coef"] == 0.001
-    epo = agent_trainer.init_agent_state(setup, config, params(), optimizer, jax.random.key(0)).epo
-    assert epo.entropy_sums.shape == (MT.max_turns,) and not epo.token_counts.any()
+    assert dict(trainer.learner_config(config).epo)["coef"] == 0.001
+    epo = agent_trainer.init_agent_state(setup, config, params, optimizer, jax.random.key(0)).epo
+    assert epo.entropy_sums.shape == (setup.mt_cfg.max_turns,) == (4,) and not epo.token_counts.any()
 
-    traj, batch = _echo_batch(over_turn_mask=False)
-    history = epo_lib.EPOState(entropy_sums=jnp.asarray([3.0, 2.0, 0.5, 0.0]), token_counts=jnp.asarray(
-        [2.0, 1.0, 1.0, 0.0]), step=jnp.int32(10))
-    base_params, base, _ = _update(_cfg(), batch)
-    zero_params, zero, new_history = _update(_cfg(epo=_epo(coef=0.0, kappa_low=0.9, kappa_high=1.1)), batch, history)
+    batch = _batch(traj, False)
+    old_sums, old_counts = np.asarray([3.0, 2.0, 0.5, 0.0]), np.asarray([2.0, 1.0, 1.0, 0.0])
+    history = epo_lib.EPOState(entropy_sums=jnp.asarray(old_sums), token_counts=jnp.asarray(old_counts),
+                               step=jnp.int32(10))
+    base_params, base, _ = _update(setup, params, _cfg(), batch)
+    zero_cfg = _cfg(epo=_epo(coef=0.0, kappa_low=0.9, kappa_high=1.1))
+    zero_params, zero, new_history = _update(setup, params, zero_cfg, batch, history)
     np.testing.assert_array_equal(zero_params, base_params)
     assert {k: zero[k] for k in base} == base and zero["epo/indicator_penalty"] > 0  # the corridor is on
-    # The learner's entropies of the batch (before its update), per turn index, added to the history.
-    _, entropy = logprobs_lib.completion_logprobs(model_cfg(), params(), batch.tokens, batch.attention_mask,
-                                                  batch.completion_mask.shape[1], chunk_size=16)
-    sums, counts = _history(np.asarray(entropy), np.asarray(batch.turn_id), np.asarray(batch.completion_mask), 4)
-    assert counts.tolist() == [(traj.turn_id == k).sum() for k in range(4)] and counts[3] > 0
-    np.testing.assert_allclose(new_history.entropy_sums, np.asarray([3.0, 2.0, 0.5, 0.0]) + sums, rtol=1e-5)
-    np.testing.assert_array_equal(new_history.token_counts, np.asarray([2.0, 1.0, 1.0, 0.0]) + counts)
-    assert int(new_history.step) == 10
+    # The update's action tokens joined the history: per turn index exactly, and their entropy total is the
+    # learner's token-mean entropy of the batch (before its update) times their number.
+    counts = new_history.token_counts - old_counts
+    assert counts.tolist() == [(traj.turn_id == k).sum() for k in range(4)] and counts.min() > 0
+    sums = new_history.entropy_sums - old_sums
+    np.testing.assert_allclose(sums.sum() / counts.sum(), base["entropy"], rtol=1e-5)
+    assert (sums > 0).all() and int(new_history.step) == 10
 
 
 # A hand-built batch: 4 rows of 10 tokens (9 completion positions); turn 0 then an observation then turn 1.
@@ -141,9 +178,20 @@ _TURN_ID = np.asarray([[-1, 0, 0, 0, -1, -1, 1, 1, -1],
                        [-1, 0, -1, -1, 1, 1, 1, -1, -1]], np.int32)
 
 
+_TINY = ModelConfig(vocab_size=32, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=8,
+                    intermediate_size=32)
+
+
+@functools.cache
+def _tiny_params():
+    """Perturbed init: next-token distributions far from uniform."""
+    flat, unravel = ravel_pytree(init_params(_TINY, jax.random.key(0)))
+    return unravel(flat + 0.3 * jax.random.normal(jax.random.key(1), flat.shape))
+
+
 def _hand_batch() -> learner_lib.LearnerBatch:
     mask = (_TURN_ID >= 0).astype(np.float32)
-    tokens = np.random.default_rng(0).integers(3, model_cfg().vocab_size, (4, 10)).astype(np.int32)
+    tokens = np.random.default_rng(0).integers(3, _TINY.vocab_size, (4, 10)).astype(np.int32)
     zeros = jnp.zeros(mask.shape, jnp.float32)
     return learner_lib.LearnerBatch(tokens=jnp.asarray(tokens), attention_mask=jnp.ones((4, 10), jnp.int32),
                                     completion_mask=jnp.asarray(mask), advantages=zeros, old_logp=zeros,
@@ -152,7 +200,7 @@ def _hand_batch() -> learner_lib.LearnerBatch:
 
 @functools.cache
 def _grads_fn(cfg):
-    return jax.jit(lambda state, batch: learner_lib.policy_gradients(model_cfg(), cfg, state, batch, jax.random.key(0)))
+    return jax.jit(lambda state, batch: learner_lib.policy_gradients(_TINY, cfg, state, batch, jax.random.key(0)))
 
 
 def _grads(mean_entropy: float, counts: float = 10.0, micro_batch_size: int = 0):
@@ -162,7 +210,7 @@ def _grads(mean_entropy: float, counts: float = 10.0, micro_batch_size: int = 0)
     cfg = _cfg(entropy_coef=0.0, use_old_logp=False, epo=_epo(kappa_low=0.5), micro_batch_size=micro_batch_size)
     history = epo_lib.EPOState(entropy_sums=jnp.full((2,), counts * mean_entropy), token_counts=jnp.full((2,), counts),
                                step=jnp.int32(75))
-    state = learner_lib.TrainState(params=params(), opt_state=None, ref_params=None, key=None, epo=history)
+    state = learner_lib.TrainState(params=_tiny_params(), opt_state=None, ref_params=None, key=None, epo=history)
     pg = _grads_fn(cfg)(state, _hand_batch())
     return np.asarray(ravel_pytree(pg.grads)[0]), jax.device_get(pg.sums), np.asarray(pg.entropy)
 
@@ -210,27 +258,10 @@ def _records(workdir):
             for r in metrics_lib.read_metrics(workdir, "rl")}
 
 
-@pytest.fixture(scope="module")
-def epo_runs(tmp_path_factory):
-    """A 2-step EPO agent run (the corridor (0, H̄/2) lies below every entropy, so the penalty is on) and the same run interrupted after RL step 1
-    (its workdir with the SFT stage and RL checkpoint 1 only), resumed."""
-    config = agent_config()
-    config.sft.steps = 1
-    config.eval.every = 100  # no evaluation: the checkpoint and the metrics are what is compared
-    config.agent.epo.update(coef=0.01, kappa_high=0.5, alpha=0.1, total_epochs=4)
-    full, resumed = str(tmp_path_factory.mktemp("epo") / "full"), str(tmp_path_factory.mktemp("epo") / "resumed")
-    agent_trainer.run(config, full)
-    shutil.copytree(full, resumed)
-    shutil.rmtree(os.path.join(resumed, "checkpoints", "rl", "2"))
-    os.remove(os.path.join(resumed, "metrics.jsonl"))
-    agent_trainer.run(config, resumed)
-    return config, full, resumed
-
-
 def test_epo_history_is_checkpointed_and_a_resumed_run_equals_the_uninterrupted_one(epo_runs):
     from rl4llm.train import checkpointing
 
-    config, full, resumed = epo_runs
+    config, full, resumed, _ = epo_runs
     records = _records(full)
     first, second = records[1], records[2]
     # Step 1 had no history (no penalty); step 2's corridor is around step 1's per-turn means.
@@ -250,24 +281,6 @@ def test_epo_history_is_checkpointed_and_a_resumed_run_equals_the_uninterrupted_
     assert 0 < after_1.token_counts.sum() < after_2.token_counts.sum()
     for a, b in zip(jax.tree.leaves(after_2), jax.tree.leaves(resumed_2)):
         np.testing.assert_array_equal(a, b)
-
-
-def test_over_turn_mask_flag_masks_the_cut_trajectories_of_an_agent_step(epo_runs):
-    """config.agent.over_turn_mask in collect_agent_rollouts: the cut rows' completion mask is 0, the others' is their
-    loss mask, the advantages are those of the unmasked step on the kept rows, and the masked fraction is logged."""
-    config, full, _ = epo_runs
-    setup = agent_trainer.build_agent_setup(config, full)
-    state = trainer.init_rl_state(config, trainer.initial_params(config, setup.model_cfg, jax.random.key(0)),
-                                  learner_lib.make_optimizer(1e-3, 0, 0.0, 0.0), jax.random.key(0))
-    plain = agent_trainer.collect_agent_rollouts(config, setup, None, state, 0)
-    config.agent.over_turn_mask = True
-    masked = agent_trainer.collect_agent_rollouts(config, setup, None, state, 0)
-    cut = np.asarray(plain.batch.completion_mask).sum(-1) != np.asarray(masked.batch.completion_mask).sum(-1)
-    assert masked.host_metrics["over_turn_masked_frac"] == cut.mean() > 0
-    assert (np.asarray(masked.batch.completion_mask)[cut] == 0).all()
-    np.testing.assert_array_equal(np.asarray(masked.batch.advantages)[~cut], np.asarray(plain.batch.advantages)[~cut])
-    np.testing.assert_array_equal(np.asarray(masked.batch.completion_mask)[~cut],
-                                  np.asarray(plain.batch.completion_mask)[~cut])
 
 
 def test_epo_config_errors_name_the_field():
