@@ -43,7 +43,7 @@ def epo_runs(tmp_path_factory):
     on) and the same run interrupted after RL step 1 (its workdir with the SFT stage and RL checkpoint 1 only),
     resumed; and the run's setup (its compiled rollout programs serve the other tests)."""
     config = agent_config()
-    config.sft.steps = 1
+    config.sft.steps = 0  # RL from the initial params (no SFT step to compile)
     config.eval.every = 100  # no evaluation before the last step
     config.agent.epo.update(coef=0.01, kappa_high=0.5, alpha=0.1, total_epochs=4)
     full, resumed = str(tmp_path_factory.mktemp("epo") / "full"), str(tmp_path_factory.mktemp("epo") / "resumed")
@@ -203,11 +203,12 @@ def _grads_fn(cfg):
     return jax.jit(lambda state, batch: learner_lib.policy_gradients(_TINY, cfg, state, batch, jax.random.key(0)))
 
 
-def _grads(mean_entropy: float, counts: float = 10.0, micro_batch_size: int = 0):
-    """Flat gradient and summed metrics of the learner's loss on the hand-built batch (zero advantages: the policy
-    loss has no gradient; no KL, no entropy bonus: EPO alone, λ = 0.1, α = 0.5, c_s = 1, κ_l = 0.5, κ_r = 2), at RL
-    step 75 of 150, with the history mean `mean_entropy` over `counts` tokens for both turn indices."""
-    cfg = _cfg(entropy_coef=0.0, use_old_logp=False, epo=_epo(kappa_low=0.5), micro_batch_size=micro_batch_size)
+def _grads(mean_entropy: float, counts: float = 10.0):
+    """Flat gradient and summed metrics of the learner's loss on the hand-built batch in micro-batches of 2 rows
+    (zero advantages: the policy loss has no gradient; no KL, no entropy bonus: EPO alone, λ = 0.1, α = 0.5,
+    c_s = 1, κ_l = 0.5, κ_r = 2), at RL step 75 of 150, with the history mean `mean_entropy` over `counts` tokens
+    for both turn indices."""
+    cfg = _cfg(entropy_coef=0.0, use_old_logp=False, epo=_epo(kappa_low=0.5), micro_batch_size=2)
     history = epo_lib.EPOState(entropy_sums=jnp.full((2,), counts * mean_entropy), token_counts=jnp.full((2,), counts),
                                step=jnp.int32(75))
     state = learner_lib.TrainState(params=_tiny_params(), opt_state=None, ref_params=None, key=None, epo=history)
@@ -221,7 +222,7 @@ def test_epo_hinge_gradient_through_the_learner_is_zero_inside_the_corridor_and_
       every token inside (κ_l·H̄, κ_r·H̄)  ->  ∇P = 0           ->  g = g0
       every token above κ_r·H̄             ->  ∇P = α·∇H        ->  g = (1 − w·α)·g0   (entropy pushed down)
       every token below κ_l·H̄             ->  ∇P = −α·∇H       ->  g = (1 + w·α)·g0   (entropy pushed up)
-    The micro-batch path (agg_weights) gives the same gradient and metrics."""
+    The metrics are whole-batch token means although the loss runs in micro-batches (agg_weights)."""
     w, alpha = 1 - 0.2 * (1 - np.exp(-2.0)), 0.5
     g0, sums0, entropy = _grads(1.0, counts=0.0)
     h = entropy[_TURN_ID >= 0]
@@ -241,11 +242,6 @@ def test_epo_hinge_gradient_through_the_learner_is_zero_inside_the_corridor_and_
     below, sums_below, _ = _grads(100.0)  # corridor (50, 200): every entropy below it
     np.testing.assert_allclose(below, (1 + w * alpha) * g0, rtol=1e-4, atol=1e-8)
     np.testing.assert_allclose(sums_below["epo/hinge_penalty"], alpha * np.mean(50.0 - h), rtol=1e-5)
-
-    micro, sums_micro, _ = _grads(1e-3, micro_batch_size=2)
-    np.testing.assert_allclose(micro, above, rtol=1e-4, atol=1e-8)
-    for key in ("epo/entropy", "epo/hinge_penalty", "epo/indicator_penalty"):
-        np.testing.assert_allclose(sums_micro[key], sums_above[key], rtol=1e-5, err_msg=key)
 
 
 # ----------------------------------------------------------------------------------- agent run and resume
