@@ -197,7 +197,7 @@ def test_kg_search_agent_rl_step_runs_with_arpo(tmp_path):
     c.agent.kg_search.max_hops, c.agent.kg_search.max_turns = 1, 2
     c.agent.eval_tasks = 2
     c.agent.arpo.initial_rollouts = 2
-    c.sft.steps, c.sft.batch_size = 1, 2
+    c.sft.steps, c.sft.batch_size, c.sft.warmup_steps = 1, 2, 0
     c.rl.steps, c.rl.num_prompts, c.rl.num_generations = 1, 2, 4
     c.eval.every, c.log_every, c.checkpoint.every = 1, 1, 1
     summary = agent_trainer.run(c, str(tmp_path))

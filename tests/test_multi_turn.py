@@ -363,7 +363,7 @@ def test_kg_search_recipe_runs_an_rl_step_with_turn_rewards(tmp_path):
     c.model.preset = "nano"
     c.rl.advantage = "mt_grpo"
     c.agent.eval_tasks = 2
-    c.sft.steps, c.sft.batch_size = 1, 2
+    c.sft.steps, c.sft.batch_size, c.sft.warmup_steps = 1, 2, 0
     c.rl.steps, c.rl.num_prompts, c.rl.num_generations = 1, 2, 2
     c.eval.every, c.log_every, c.checkpoint.every = 1, 1, 1
     summary = agent_trainer.run(c, str(tmp_path))

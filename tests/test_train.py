@@ -219,6 +219,21 @@ def test_config_validation_names_the_field(field, value, message):
     assert message in str(info.value)
 
 
+def test_cosine_schedule_without_updates_after_warmup_is_named():
+    """16 SFT steps with 20 warm-up steps leave the cosine nothing to decay over (optax would fail at build time);
+    RL counts updates, steps x ppo_epochs x num_minibatches: 2 x 2 x 2 = 8 <= 8 warm-up updates."""
+    config = default.get_config()
+    config.sft.lr_schedule, config.sft.steps = "cosine", 16
+    config.rl.lr_schedule, config.rl.steps, config.rl.ppo_epochs, config.rl.num_minibatches = "cosine", 2, 2, 2
+    config.rl.warmup_steps = 8
+    with pytest.raises(config_validation.ConfigError) as info:
+        config_validation.validate(config)
+    assert "config.sft.lr_schedule='cosine' with config.sft.warmup_steps=20: the stage makes only 16" in str(info.value)
+    assert "config.rl.lr_schedule='cosine' with config.rl.warmup_steps=8: the stage makes only 8" in str(info.value)
+    config.rl.warmup_steps, config.sft.steps = 7, 21
+    config_validation.validate(config)
+
+
 def test_cosine_learning_rate_schedule_hand_values():
     """Warm-up 10 then cosine to 0 at update 110: lr(t) = 2e-3 * (1 + cos(pi * (t - 10) / 100)) / 2."""
     lr = learner_lib.learning_rate_schedule(2e-3, 10, "cosine", 110)

@@ -126,6 +126,20 @@ def _reward_component_errors(config) -> list[str]:
     return errors
 
 
+def _check_cosine_has_decay(errors: list, config, stage: str) -> None:
+    """A cosine schedule decays over the updates after the warm-up, so a stage that runs needs more updates than
+    `warmup_steps` (the RL stage's updates are steps x ppo_epochs x num_minibatches)."""
+    c = config[stage]
+    counts = (c.steps, c.warmup_steps) + ((c.ppo_epochs, c.num_minibatches) if stage == "rl" else ())
+    if c.lr_schedule != "cosine" or not all(isinstance(n, int) for n in counts) or c.steps <= 0:
+        return  # other checks name malformed counts
+    updates = c.steps * (c.ppo_epochs * c.num_minibatches if stage == "rl" else 1)
+    if updates <= c.warmup_steps:
+        errors.append(f"config.{stage}.lr_schedule='cosine' with config.{stage}.warmup_steps={c.warmup_steps}: "
+                      f"the stage makes only {updates} updates, none left to decay over; lower warmup_steps or use "
+                      f"'constant'")
+
+
 def _check_positive_int(errors, config, path, *, minimum=1):
     value = _get(config, path)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -576,6 +590,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
         _check_range(errors, config, f"{stage}.learning_rate", 0.0, 1.0, low_open=True)
         _check_positive_int(errors, config, f"{stage}.warmup_steps", minimum=0)
         _check_choice(errors, config, f"{stage}.lr_schedule", learner.LR_SCHEDULES)
+        _check_cosine_has_decay(errors, config, stage)
         _check_range(errors, config, f"{stage}.weight_decay", 0.0, 1.0)
         _check_range(errors, config, f"{stage}.grad_clip", 0.0, 1e9)
     _check_positive_int(errors, config, "sft.batch_size")
