@@ -132,7 +132,7 @@ def test_estimators_get_the_critics_values_at_the_record_positions(runs, shared_
     critic = _restore(full, "rl", 1, "critic", critic_t) if shared_trunk else _templates(config, setup)[1]
     optimizer = learner_lib.make_optimizer(config.rl.learning_rate, 0, 0.0, 1.0)  # unused by the collection
     state = trainer.init_rl_state(config, params, optimizer, jax.random.key(config.seed), critic)
-    rollouts = agent_trainer.collect_agent_rollouts(config, setup, None, state, 1)
+    rollouts = agent_trainer.collect_agent_rollouts(config, setup, state, 1)
     batch, cb = rollouts.batch, rollouts.critic_batch
     # The same episodes again (the step's key and tasks), for the turn layout.
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), 1)
@@ -170,7 +170,7 @@ def test_estimators_get_the_critics_values_at_the_record_positions(runs, shared_
     gae_config = critic_config(config.critic.checkpoint)
     gae_config.rl.advantage = "gae"
     gae_config.rl.advantage_kwargs.turn_gamma = None
-    gae = agent_trainer.collect_agent_rollouts(gae_config, setup, None, state, 1)
+    gae = agent_trainer.collect_agent_rollouts(gae_config, setup, state, 1)
     expected, expected_returns = advantages_lib.gae(registry.last_token_rewards(jnp.asarray(scores), loss), values,
                                                     loss, lam=LAM)
     np.testing.assert_allclose(gae.batch.advantages, np.asarray(expected)[:, 1:] * loss[:, 1:], atol=1e-5)

@@ -125,9 +125,9 @@ def test_over_turn_mask_flag_masks_the_cut_trajectories_of_an_agent_step(epo_run
     config, _, _, setup = epo_runs
     state = trainer.init_rl_state(config, trainer.initial_params(config, setup.model_cfg, jax.random.key(0)),
                                   learner_lib.make_optimizer(1e-3, 0, 0.0, 0.0), jax.random.key(0))
-    plain = agent_trainer.collect_agent_rollouts(config, setup, None, state, 0)
+    plain = agent_trainer.collect_agent_rollouts(config, setup, state, 0)
     config.agent.over_turn_mask = True
-    masked = agent_trainer.collect_agent_rollouts(config, setup, None, state, 0)
+    masked = agent_trainer.collect_agent_rollouts(config, setup, state, 0)
     config.agent.over_turn_mask = False
     cut = np.asarray(plain.batch.completion_mask).sum(-1) != np.asarray(masked.batch.completion_mask).sum(-1)
     assert masked.host_metrics["over_turn_masked_frac"] == cut.mean() == plain.host_metrics["over_turn_frac"] > 0

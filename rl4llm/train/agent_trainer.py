@@ -317,8 +317,7 @@ def branching_metrics(traj: multi_turn.Trajectories, initial_rollouts: int, num_
     return {"arpo/branches": float(branches), "arpo/fresh": float(fresh), "arpo/unstarted": float(unstarted)}
 
 
-def collect_agent_rollouts(config, setup: AgentSetup, programs: trainer.RLPrograms, state, step: int
-                           ) -> trainer.RolloutBatch:
+def collect_agent_rollouts(config, setup: AgentSetup, state, step: int) -> trainer.RolloutBatch:
     """The learner's inputs of agent RL step `step` (a pure function of the state and step; reads the state).
     With a critic (`critic_lib.uses_critic`): its values of the record (`record_values`) go to the estimator with the
     turn layout, and its returns, on the policy tokens, to the critic's updates (`critic_batch`)."""
@@ -375,7 +374,7 @@ def agent_rl_step(config, setup: AgentSetup, programs: trainer.RLPrograms, state
     """One synchronous agent RL step: `collect_agent_rollouts`, then the main job's `learn_on_rollouts` (with EPO,
     at RL step `step`: the phase weight's epoch, logged as epo/phase_weight)."""
     t0 = time.time()
-    rollouts = collect_agent_rollouts(config, setup, programs, state, step)
+    rollouts = collect_agent_rollouts(config, setup, state, step)
     t1 = time.time()
     if state.epo is not None:
         state = state.replace(epo=state.epo.replace(step=jnp.asarray(step, jnp.int32)))
