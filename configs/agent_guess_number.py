@@ -45,8 +45,14 @@ def get_config():
     probability of the number) hold validity near 0.4-0.5 to step 30, then it drops to 0.14-0.16 (success
     .047-.062).
     """
-    c = agent_kg_search.get_config()  # the same budgets and schedule; the env and its settings differ
+    c = agent_kg_search.get_config()  # its lengths and logging; the env, warm start and RL settings are below
     c.agent.env = "guess_number"
+    c.agent.expert_noise = 0.2
+    c.sft.steps = 300
+    c.sft.lr_schedule = "constant"
+    c.sampling.temperature = 1.0
+    c.rl.steps = 60
+    c.rl.learning_rate = 1e-4
     c.agent.max_action_tokens = 20  # "<guess>63</guess>" is 17 characters
     c.agent.max_obs_tokens = 32
     c.agent.record_bucket = 64
