@@ -47,7 +47,7 @@ def get_config():
                 --config.rl.advantage=$M --config.rl.learning_rate=$LR --config.rl.steps=$N
 
         From greedy .547: at lr 1e-4 every method lowers held-out success within 30 steps (to .34-.52); at 2e-5
-        (40 steps) and 5e-5 (60 steps) all end within noise of the warm start (.47-.58). IGPO ends at .93-1.00
+        (40 steps) and 5e-5 (60 steps) all end within noise of the warm start (.47-.58). IGPO ends at .91-1.00
         valid actions at every lr, trajectory GRPO at .70-.89, MT-GRPO at .78-.87. So turn-level credit (IGPO)
         improves tool-call validity here, and no method improves success. Hence lr 5e-5: it does no harm.
     """
