@@ -69,6 +69,15 @@ def masked_whiten(values: jax.Array, mask: jax.Array, shift_mean: bool = True) -
     return whitened if shift_mean else whitened + mean
 
 
+def abs_torch_grad(x: jax.Array) -> jax.Array:
+    """`|x|` whose gradient is `sign(x)`, i.e. 0 at x = 0, as torch's `abs` (JAX's `jnp.abs` has gradient 1 at 0).
+
+    Losses that penalise `|log_ratio|` are evaluated on-policy at exactly log_ratio = 0 (the first update on a
+    rollout batch); with `jnp.abs` every such token would get a spurious gradient that torch (verl) does not give.
+    """
+    return jnp.sign(jax.lax.stop_gradient(x)) * x
+
+
 def require(name: str, value, ok: bool, requirement: str) -> None:
     """Raise ValueError("name=value: requirement") unless `ok`, for a method hyper-parameter given as a
     Python number or string (traced values are not checked). Config validation reports these messages

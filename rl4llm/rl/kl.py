@@ -20,6 +20,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from rl4llm.rl.aggregation import abs_torch_grad
+
 _ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
 KINDS = ("k1", "abs", "k2", "k3", "k1+", "abs+", "k2+", "k3+")
 
@@ -29,7 +31,7 @@ def _forward(logp: jax.Array, ref_logp: jax.Array, kind: str) -> jax.Array:
     if kind == "k1":
         return log_ratio
     if kind == "abs":
-        return jnp.abs(log_ratio)
+        return abs_torch_grad(log_ratio)
     if kind == "k2":
         return 0.5 * jnp.square(log_ratio)
     if kind == "k3":

@@ -23,8 +23,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl.aggregation import (aggregate, masked_mean, masked_quantile, masked_sum, masked_var, replicated,
-                                   require, weighted_sum)
+from rl4llm.rl.aggregation import (abs_torch_grad, aggregate, masked_mean, masked_quantile, masked_sum, masked_var,
+                                   replicated, require, weighted_sum)
 from rl4llm.rl.entropy import normalized_entropy_scores, steer_token_weights
 from rl4llm.rl.kl import estimate
 
@@ -440,7 +440,7 @@ def kl_cov(
     picked = jax.lax.stop_gradient(token_stats)
     log_ratio = logp - old_logp
     ratio = jnp.exp(log_ratio)
-    token_loss = -adv * ratio + picked * ppo_kl_coef * jnp.abs(log_ratio)
+    token_loss = -adv * ratio + picked * ppo_kl_coef * abs_torch_grad(log_ratio)
     loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
     return loss, {
         "kl_cov_frac": masked_mean(picked, mask),
@@ -478,7 +478,7 @@ def gbpo(
         jax.lax.stop_gradient(_token_advantages(target_advantages)))
     log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
     ratio = jnp.exp(log_ratio)
-    token_loss = jnp.abs((ratio - target) * jax.lax.stop_gradient(adv))
+    token_loss = abs_torch_grad((ratio - target) * jax.lax.stop_gradient(adv))
     loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
     return loss, {
         "clip_frac": _frac((ratio > 1.0 + clip_high) | (ratio < 1.0 - clip_low), mask),

@@ -18,6 +18,15 @@ def test_zero_at_equal_logprobs(kind):
     np.testing.assert_array_equal(kl.estimate(logp, logp, kind), 0.0)
 
 
+@pytest.mark.parametrize("kind", ["k1", "abs", "k2", "k3", "k3+", "abs+"])
+def test_gradient_at_equal_logprobs(kind):
+    # The first step of a KL-regularised run has π = π_ref exactly. Only k1's gradient is nonzero there (1);
+    # |Δ| has torch's subgradient sign(0) = 0 (jnp.abs would give 1), k2/k3 are flat at Δ = 0.
+    logp = jnp.log(jnp.array([0.1, 0.5, 0.9]))
+    grad = jax.grad(lambda x: jnp.sum(eager_kl.estimate(x, logp, kind)))(logp)
+    np.testing.assert_array_equal(np.asarray(grad), 1.0 if kind == "k1" else 0.0)
+
+
 def test_hand_values():
     # Δ = logp − ref = log(0.5) − log(0.25) = log 2 = 0.693147
     # k1 = 0.693147, abs = 0.693147, k2 = ½·0.480453 = 0.240227, k3 = e^{−Δ} + Δ − 1 = 0.5 + 0.693147 − 1 = 0.193147

@@ -141,6 +141,27 @@ def test_kl_cov_hand_case_and_zero_coef():
     np.testing.assert_allclose(plain, agg.aggregate(-a * jnp.exp(lp - old), m, "token-mean"), rtol=1e-6)
 
 
+def test_kl_cov_on_policy_gradient_is_plain_policy_gradient():
+    # ratio = 1 at every token: the |lr| penalty on the selected token has value 0 AND gradient 0 (torch's
+    # sign(0) = 0, verl). With jnp.abs the selected token got an extra +coef/Σm, pushing its probability down.
+    lp, a, m = _cov_fixture()
+    grad = _grad(lambda x: losses.kl_cov(x, lp, a, m, kl_cov_ratio=0.25, ppo_kl_coef=1.0), lp)
+    np.testing.assert_array_equal(np.asarray(grad), np.asarray(-a * m / 4))  # −A·m/Σm, token 0 selected
+    _, metrics = losses.kl_cov(lp, lp, a, m, kl_cov_ratio=0.25, ppo_kl_coef=1.0)
+    assert float(metrics["kl_cov_frac"]) == 0.25
+
+
+def test_gbpo_symmetric_clip_on_policy_gradient_is_zero_at_the_target():
+    # clip_low = clip_high and z̃ = 0: target ρ* = 1 − ε + 2ε·½ = 1 = ρ on-policy, so |ρ − ρ*| is at its kink:
+    # gradient 0 (torch), not sign-convention noise ±A.
+    z = jnp.zeros((1, 2))
+    fn = lambda x: losses.gbpo(x, z, jnp.array([-2.0]), ONE, jnp.zeros((1,)), clip_low=0.2, clip_high=0.2)  # noqa: E731
+    np.testing.assert_array_equal(np.asarray(_grad(fn, z)), np.zeros((1, 2)))
+    # off the kink the gradient is ±|A|·ρ/Σm: ρ = e^0.1 above the target -> pushed down with |A| = 2
+    up = jnp.full((1, 2), 0.1)
+    np.testing.assert_allclose(_grad(fn, up), np.full((1, 2), 2 * np.exp(0.1) / 2), rtol=1e-6)
+
+
 def test_gbpo_target_and_loss():
     # scores [1, 0, 0, 1, 1]: median 1, mean 0.6, unbiased std sqrt(0.3)
     s = jnp.array([1.0, 0.0, 0.0, 1.0, 1.0])
