@@ -1,20 +1,34 @@
-"""DAPO (Yu et al. 2025): clip-higher, token-level loss, dual-clip, no KL."""
+"""DAPO (Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale"), complete."""
 
 from configs import default
 
+# DAPO's minibatch updates per rollout batch: 512 prompts per step, minibatches of 32 prompts -> 16 updates.
+UPDATES_PER_BATCH = 16
+
 
 def get_config():
-    """DAPO's objective: PPO-clip with ε_low = 0.2, ε_high = 0.28 ("clip-higher"), dual-clip c = 10 for A < 0,
-    token-mean aggregation (1/Σ|o_i| Σ_i Σ_t), GRPO advantages, no KL and no entropy bonus (verl DAPO recipe).
+    """DAPO: every component of the paper's Algorithm 1, scaled to the built-in task.
 
-    Not on here: DAPO's dynamic sampling (drop all-correct / all-wrong groups and refill:
-    --config.selection.method=dynamic_sampling, configs/dynamic_sampling.py) and its soft overlong punishment
-    (--config.task.length_shaping=dapo_overlong); the paper's G = 16 and its batch sizes are left at this repository's
-    defaults (set e.g. --config.rl.num_generations=16).
+    - Clip-higher: PPO-clip with ε_low = 0.2, ε_high = 0.28; dual-clip c = 10 for A < 0 (verl DAPO scripts).
+    - Token-level policy-gradient loss: token-mean, 1/Σ|o_i| Σ_i Σ_t (`rl.agg_mode="token-mean"`).
+    - Dynamic sampling: groups whose G rewards are all equal are dropped and the step refills with fresh prompts,
+      up to `selection.max_gen_rounds` = 4 generation rounds of 16 prompts (verl's max_num_gen_batches: 10); groups
+      still missing at the bound are masked out of the loss, never trained on.
+    - Overlong reward shaping: the soft overlong punishment `clip(−(|y| − (L_max − L_cache)) / L_cache, −1, 0)`
+      added to the reward (`task.length_shaping="dapo_overlong"`) with the paper's proportions (L_max = 20,480,
+      L_cache = 4,096): L_max = 40 (`sampling.max_new_tokens`, up from the default 32), L_cache = 8. The longest
+      correct worked answer of this task is 31 tokens with its stop token (negative intermediate sums, e.g.
+      "0-7=-7;-7-4=-11;-11-7=-18;#-18"), so only responses longer than 32 tokens, none of them correct, are punished.
+    - No KL penalty, no entropy bonus; GRPO group-normalised advantages, G = 16.
+    Schedule: the paper takes 16 minibatch updates per rollout batch (512 prompts, minibatch 32 prompts, lr 1e-6,
+    AdamW wd 0.1); here 16 prompts per step in 16 minibatches of 1 prompt's group (16 sequences), lr 1e-4 (the
+    default job's: our 1M-parameter model from its SFT warm start, not a 32B base). Rewards are 0/1 (the paper's
+    are ±1; group normalisation removes the difference except against the overlong term).
+    The ablation ladder of the paper's Table 1 (each component added in turn) is configs/dapo_ladder.py.
 
     Run:
         python -m experiments.train --config=configs/dapo.py --workdir=/tmp/rl4llm/dapo
-    Result: not yet recorded.
+    Result: see README "Reproductions" (experiments/reproduce.py --study=dapo_ladder).
     """
     c = default.get_config()
     c.rl.advantage = "grpo"
@@ -25,4 +39,11 @@ def get_config():
     c.rl.agg_mode = "token-mean"
     c.rl.kl_coef = 0.0
     c.rl.entropy_coef = 0.0
+    c.rl.num_minibatches = UPDATES_PER_BATCH
+    c.selection.method = "dynamic_sampling"
+    c.selection.max_gen_rounds = 4
+    c.sampling.max_new_tokens = 40
+    c.task.length_shaping = "dapo_overlong"
+    c.task.length_shaping_kwargs.buffer = 8
+    c.task.length_shaping_kwargs.factor = 1.0
     return c

@@ -106,6 +106,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl.loss = "ppo_clip"
     c.rl.loss_kwargs = config_validation.hyperparameter_fields(registry.POLICY_LOSSES, registry.LOSS_INPUTS)
     c.rl.agg_mode = "token-mean"
+    # C of agg_mode="seq-mean-token-sum-norm" (Dr.GRPO: token sums / C, averaged over sequences), fixed for the run;
+    # 0 = the run's response budget (sampling.max_new_tokens; agent runs: agent.max_context)
+    c.rl.agg_norm_length = 0
     c.rl.kl_coef = 0.0  # > 0: KL to the frozen warm-start policy in the loss
     c.rl.kl_kind = "k3"
     c.rl.entropy_coef = 0.0

@@ -8,6 +8,8 @@ def get_config():
     the rollout policy, replace the PPO loss by −A·ρ + β·k3(π, π_proxy), β = 1, where π_proxy is the min-p
     filtered, renormalised rollout distribution; the PPO clip is nearly open (1 − 1, 1 + 9), as the authors'
     scripts. GRPO advantages, token-mean, no KL to a reference, no entropy bonus.
+    Schedule: on-policy, one update per rollout batch, as the paper trains ("stable on-policy training"): its
+    mechanism does not need the ratio (the selection compares log π with the proxy's, both of the rollout policy).
 
     Run:
         python -m experiments.train --config=configs/lp_reg.py --workdir=/tmp/rl4llm/lp_reg

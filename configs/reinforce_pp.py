@@ -8,6 +8,8 @@ def get_config():
     reward (r_t = R·1[t = last] − β·(log π − log π_ref), β = 0.001), whitened over the whole batch; PPO-clip
     loss, token-mean. For the group-baseline variant use --config.rl.advantage=reinforce_plus_plus_baseline.
 
+    Schedule: 4 minibatch updates per rollout batch (verl's REINFORCE++ example: train batch 1,024, ppo_mini_batch_size 256), 16
+    prompts per step in minibatches of 4 prompts' groups.
     Run:
         python -m experiments.train --config=configs/reinforce_pp.py --workdir=/tmp/rl4llm/reinforce_pp
     Result: not yet recorded.
@@ -18,4 +20,5 @@ def get_config():
     c.rl.kl_in_reward = True
     c.rl.kl_kind = "k1"
     c.rl.kl_coef = 0.001
+    c.rl.num_minibatches = 4
     return c

@@ -1,7 +1,12 @@
-"""Every recipe in configs/ runs a few RL steps of the main job on a tiny config without NaNs.
+"""Every recipe in configs/ runs a few RL steps of the main job on a tiny config without NaNs, and the mechanism
+its paper is about acts (`MECHANISMS`: the metric that shows it is non-zero).
 
 The SFT warm start is shared: one module-scoped run finishes SFT (and no RL); each recipe copies that
-workdir, so `trainer.run_sft` finds a completed SFT checkpoint and reuses it.
+workdir, so `trainer.run_sft` finds a completed SFT checkpoint and reuses it. The tiny policy solves almost
+nothing, so every group would get all-zero rewards and zero advantages (no mechanism could act): the runs score
+with `_parity_reward` instead (even answers: always right, so those groups are all-equal; odd answers: right iff
+the completion has an even length), with the recipe's own update schedule and a learning rate large enough
+(`MECHANISM_LR`) that two RL steps move the ratio well away from 1.
 """
 
 import importlib
@@ -37,6 +42,33 @@ RECIPES = (
     "bots",
 )
 RL_STEPS = 2
+MECHANISM_LR = 3e-2
+
+# recipe -> metrics that must be non-zero at some RL step: the paper's mechanism acting (see rl4llm/rl/README.md)
+MECHANISMS = {
+    "grpo": ("clip_frac", "kl"),
+    "grpo_async": ("async/staleness", "tis/weight_mean"),
+    "dr_grpo": ("clip_frac",),
+    "dapo": ("clip_frac_high", "selection/dropped_groups", "length_shaping/changed_frac"),
+    "rloo": ("clip_frac", "kl"),
+    "reinforce_pp": ("clip_frac", "kl"),
+    "gspo": ("seq_clip_frac",),
+    "cispo": ("is_clip_frac",),
+    "clip_cov": ("clip_cov_frac",),
+    "kl_cov": ("kl_cov_frac", "kl_cov_abs_lr"),
+    "entropy_80_20": ("token_selection_frac", "clip_frac_high"),
+    "lp_reg": ("lp_reg_frac",),
+    "ppo_arithmetic": ("clip_frac", "critic/vf_clip_frac"),
+    "prime": ("prime/process_reward_abs", "selection/dropped_groups"),
+    "dynamic_sampling": ("selection/dropped_groups", "clip_frac"),
+    "dots": ("selection/replayed_groups", "tis/weight_mean"),
+    "bots": ("selection/predicted_success", "clip_frac"),
+}
+
+
+def _parity_reward(completion: str, answer: str) -> float:
+    """All-correct groups for even answers, about half right (by completion length) for odd ones."""
+    return 1.0 if int(answer) % 2 == 0 else float(len(completion) % 2 == 0)
 
 
 def shrink(config):
@@ -79,10 +111,15 @@ def _run_from_sft(config, sft_workdir, workdir):
 
 
 @pytest.mark.parametrize("name", RECIPES)
-def test_recipe_runs_without_nans(name, sft_workdir, tmp_path):
+def test_recipe_runs_without_nans_and_its_mechanism_acts(name, sft_workdir, tmp_path, monkeypatch):
+    from rl4llm import rewards
+
+    monkeypatch.setitem(rewards.REWARDS, "parity", _parity_reward)
     recipe = importlib.import_module(f"configs.{name}")
     assert f"--config=configs/{name}.py" in recipe.get_config.__doc__
     config = shrink(recipe.get_config())
+    config.task.reward = "parity"
+    config.rl.learning_rate = MECHANISM_LR
     config_validation.validate(config)
     records = _run_from_sft(config, sft_workdir, str(tmp_path / name))
     for record in records.values():
@@ -91,6 +128,58 @@ def test_recipe_runs_without_nans(name, sft_workdir, tmp_path):
             continue
         for key in ("loss/pg", "entropy", "entropy_p50", "cov_logp_adv", "grad_norm"):
             assert key in record, key
+    for key in MECHANISMS[name]:
+        values = [r[key] for r in records.values() if key in r]
+        assert values and max(values) > 0, f"{name}: its mechanism metric {key} is {values or 'never logged'}"
+    if recipe.get_config().rl.num_minibatches * recipe.get_config().rl.ppo_epochs > 1:
+        # off-policy minibatch updates: the ratio moved, so ratio-based losses differ from plain REINFORCE
+        assert any(r.get("ratio_max", 1.0) > 1.0 for r in records.values()), name
+
+
+def test_every_recipe_names_its_mechanism():
+    assert set(MECHANISMS) == set(RECIPES)
+
+
+# recipe -> loss_kwargs that switch its mechanism off (the rest of the loss unchanged)
+MECHANISM_OFF = {
+    "dapo": dict(clip_high=0.2),  # clip-higher -> symmetric clip
+    "cispo": dict(clip_high=1e9),  # truncated IS weight -> untruncated
+    "gspo": dict(clip_low=0.99, clip_high=1e9),  # sequence-ratio clip -> none
+    "clip_cov": dict(clip_cov_lb=1e8, clip_cov_ub=1e9),  # no token's covariance is in the band: nothing detached
+    "kl_cov": dict(ppo_kl_coef=0.0),  # no |log-ratio| penalty
+}
+
+
+@pytest.mark.parametrize("name", sorted(MECHANISM_OFF))
+def test_mechanism_changes_the_gradient_off_policy(name):
+    """Off-policy (ratios spread around 1, as after a few minibatch updates) the recipe's loss has a gradient that
+    differs both from plain REINFORCE's and from the same loss with its mechanism off; on-policy (ratio 1) it equals
+    REINFORCE's where the paper's mechanism only acts through the ratio."""
+    import jax
+    import jax.numpy as jnp
+
+    from rl4llm.rl import registry
+
+    config = importlib.import_module(f"configs.{name}").get_config()
+    kwargs = config_validation.set_kwargs(config.rl.loss_kwargs)
+    agg = registry.agg_mode_for(config.rl.loss, config.rl.agg_mode)
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
+    n, t = 32, 12
+    logp = -jnp.abs(jax.random.normal(k1, (n, t)))
+    mask = (jnp.arange(t)[None, :] < jax.random.randint(k2, (n, 1), 4, t + 1)).astype(jnp.float32)
+    adv = jnp.tile(jnp.array([2.0, -1.5, 1.0, -0.5]), n // 4)
+    old_logp = logp + 0.4 * jax.random.normal(k3, (n, t))  # ratios e^{±0.4}: beyond 1 ± 0.28
+
+    def grad(loss_name, old, **loss_kwargs):
+        loss_fn = registry.get_policy_loss(loss_name)
+        fn = lambda lp: loss_fn(lp, old, adv, mask, agg_mode=agg, key=jax.random.PRNGKey(1), **loss_kwargs)[0]  # noqa: E731
+        return np.asarray(jax.grad(fn)(logp))
+
+    recipe = grad(config.rl.loss, old_logp, **kwargs)
+    assert not np.allclose(recipe, grad("reinforce", old_logp), atol=1e-6)
+    assert not np.allclose(recipe, grad(config.rl.loss, old_logp, **{**kwargs, **MECHANISM_OFF[name]}), atol=1e-6)
+    if name in ("dapo", "cispo", "gspo"):  # on-policy these mechanisms are inert: REINFORCE's gradient exactly
+        np.testing.assert_allclose(grad(config.rl.loss, logp, **kwargs), grad("reinforce", logp), atol=1e-6)
 
 
 def test_every_recipe_file_is_tested():
@@ -101,8 +190,28 @@ def test_every_recipe_file_is_tested():
     from tests.test_tasks_train import TASK_RECIPES  # recipes with their own task are run there
 
     files = {p.stem for p in (pathlib.Path(__file__).parents[1] / "configs").glob("*.py")}
-    elsewhere = set(TASK_RECIPES) | set(HF_RECIPES) | set(AGENT_RECIPES)
+    elsewhere = set(TASK_RECIPES) | set(HF_RECIPES) | set(AGENT_RECIPES) | {"dapo_ladder"}  # rungs: tested below
     assert files - {"__init__", "default"} - elsewhere == set(RECIPES)
+
+
+def test_dapo_ladder_adds_one_component_per_rung():
+    from configs import dapo, dapo_ladder
+
+    rungs = [dapo_ladder.get_config(r) for r in dapo_ladder.RUNGS]
+    for rung in rungs:
+        config_validation.validate(rung)
+    settings = [(r.rl.loss_kwargs.clip_high, r.task.length_shaping, r.rl.agg_mode, r.selection.method) for r in rungs]
+    assert settings == [
+        (0.2, "none", "seq-mean-token-mean", "uniform"),
+        (0.28, "none", "seq-mean-token-mean", "uniform"),
+        (0.28, "dapo_overlong", "seq-mean-token-mean", "uniform"),
+        (0.28, "dapo_overlong", "token-mean", "uniform"),
+        (0.28, "dapo_overlong", "token-mean", "dynamic_sampling"),
+    ]
+    assert rungs[-1].to_json() == dapo.get_config().to_json()  # the top rung is the DAPO recipe
+    assert len({(r.rl.num_minibatches, r.sampling.max_new_tokens, r.rl.learning_rate) for r in rungs}) == 1
+    with pytest.raises(ValueError, match="unknown rung"):
+        dapo_ladder.get_config("dual_clip")
 
 
 def test_all_hooks_together_run_without_nans(sft_workdir, tmp_path):

@@ -123,8 +123,8 @@ def choose_groups(keep_masks: Sequence[np.ndarray], batch_size: int) -> tuple[li
     """The ``batch_size`` groups a refilled step trains on, from the keep masks [B] of its generation rounds.
 
     Kept groups in round order first; if fewer than ``batch_size`` were kept when the round bound was hit, the
-    batch is completed with dropped groups of the latest rounds first (they carry zero advantage under
-    ``keep_nonuniform_groups``; DAPO's verl raises here instead, we keep the batch shape static). Returns
+    batch is completed with dropped groups of the latest rounds first, which the caller masks out of the loss
+    (DAPO's verl raises here instead; we keep the batch shape static). Returns
     ([(round, group index)], number of kept groups used).
     """
     kept = [(r, int(g)) for r, mask in enumerate(keep_masks) for g in np.flatnonzero(mask)]

@@ -111,8 +111,12 @@ class RewardPipeline:
         components = np.stack([main, *combine_lib.conditioned(main, extras, mode=self.spec.extra_mode).values()], -1)
         if self.spec.length_shaping != "none":
             shape = length_lib.LENGTH_SHAPING[self.spec.length_shaping]
-            scores = shape(scores, lengths, group_ids, max_length=max_length, **dict(self.spec.length_kwargs))
+            shaped = shape(scores, lengths, group_ids, max_length=max_length, **dict(self.spec.length_kwargs))
             metrics[f"reward/{self.spec.reward}"] = float(main.mean())
+            # the shaping's mechanism acting: the fraction of samples whose reward it changed, and the mean change
+            metrics["length_shaping/changed_frac"] = float(np.mean(shaped != scores))
+            metrics["length_shaping/mean_delta"] = float(np.mean(shaped - scores))
+            scores = shaped
         return scores, main, components.astype(np.float32), metrics
 
     @staticmethod

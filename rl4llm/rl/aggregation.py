@@ -105,7 +105,14 @@ def aggregate(
     - "token-mean"               `Σ L·m / Σ m`                                   (DAPO)
     - "seq-mean-token-mean"      `Σ_i v_i·(Σ_t L·m / (Σ_t m + 1e-8)) / Σ_i v_i`  (original GRPO)
     - "seq-mean-token-sum"       `Σ_i v_i·(Σ_t L·m) / Σ_i v_i`
-    - "seq-mean-token-sum-norm"  `Σ L·m / S`, S = `norm_length` or T (padded length); no division by N (Dr.GRPO)
+    - "seq-mean-token-sum-norm"  `Σ_i v_i·(Σ_t L·m) / (C·Σ_i v_i)`, C = `norm_length` or T (padded length) (Dr.GRPO)
+
+    "seq-mean-token-sum-norm" is Dr. GRPO's `(1/G) Σ_i Σ_t L_it / C` with C the maximum response length, as current
+    verl computes it (`agg_loss(..., loss_scale_factor=C)`: token sums / C, averaged over the sequences). The paper
+    needs ONE C for the whole run: pass `norm_length` (the trainer passes `config.rl.agg_norm_length`, default the
+    run's response budget); without it C is this batch's padded length, which moves when T does. Older verl
+    (< 0.5) returned `Σ L·m / T` without the average over sequences; TRL's `loss_type="dr_grpo"` divides by
+    (rows in the batch)·max_completion_length, i.e. counts empty rows too.
 
     Difference from verl: an all-masked batch gives 0 instead of NaN (the denominators Σm and Σv are
     replaced by 1 when they are 0); otherwise identical.
@@ -114,13 +121,13 @@ def aggregate(
     values = _zero_outside(values, mask) * mask  # [N, T]
     if mode == "token-mean":
         return jnp.sum(values) / _positive_or_one(jnp.sum(mask))
-    if mode == "seq-mean-token-sum-norm":
-        return jnp.sum(values) / (mask.shape[-1] if norm_length is None else norm_length)
     tokens_per_seq = jnp.sum(mask, axis=-1)  # [N]
     seq_valid = (tokens_per_seq > 0).astype(values.dtype)  # [N]
     seq_loss = jnp.sum(values, axis=-1)  # [N]
     if mode == "seq-mean-token-mean":
         seq_loss = seq_loss / (tokens_per_seq + _MEAN_EPS)
+    elif mode == "seq-mean-token-sum-norm":
+        seq_loss = seq_loss / (mask.shape[-1] if norm_length is None else norm_length)
     return jnp.sum(seq_loss * seq_valid) / _positive_or_one(jnp.sum(seq_valid))
 
 
@@ -137,7 +144,7 @@ def aggregation_weights(
     - "token-mean"               `w = m / Σ m`
     - "seq-mean-token-mean"      `w_it = m_it·v_i / ((Σ_t m_it + 1e-8)·Σ_i v_i)`
     - "seq-mean-token-sum"       `w_it = m_it·v_i / Σ_i v_i`
-    - "seq-mean-token-sum-norm"  `w = m / S`
+    - "seq-mean-token-sum-norm"  `w_it = m_it·v_i / (C·Σ_i v_i)`
 
     Splitting a batch into micro-batches and summing `weighted_sum(L_mb, w_mb)` (and its gradients)
     reproduces the full-batch aggregate exactly, unlike verl's legacy per-micro-batch mean ÷ grad_accum.
@@ -146,13 +153,13 @@ def aggregation_weights(
     mask = mask.astype(jnp.result_type(mask.dtype, jnp.float32))
     if mode == "token-mean":
         return mask / _positive_or_one(jnp.sum(mask))
-    if mode == "seq-mean-token-sum-norm":
-        return mask / (mask.shape[-1] if norm_length is None else norm_length)
     tokens_per_seq = jnp.sum(mask, axis=-1, keepdims=True)  # [N, 1]
     seq_valid = (tokens_per_seq > 0).astype(mask.dtype)  # [N, 1]
     weights = mask * seq_valid / _positive_or_one(jnp.sum(seq_valid))  # [N, T]
     if mode == "seq-mean-token-mean":
         weights = weights / (tokens_per_seq + _MEAN_EPS)
+    elif mode == "seq-mean-token-sum-norm":
+        weights = weights / (mask.shape[-1] if norm_length is None else norm_length)
     return weights
 
 

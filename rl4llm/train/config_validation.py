@@ -85,6 +85,15 @@ def set_kwargs(kwargs: ml_collections.ConfigDict) -> dict:
     return {k: v for k, v in kwargs.to_dict().items() if v is not None}
 
 
+def agg_norm_length(config) -> int:
+    """C of the "seq-mean-token-sum-norm" aggregation (Dr.GRPO's constant): `config.rl.agg_norm_length`, or the
+    run's response budget when 0 (the longest completion record the learner can see: `sampling.max_new_tokens`,
+    or `agent.max_context` in agent runs), so it never changes from step to step."""
+    if config.rl.agg_norm_length:
+        return config.rl.agg_norm_length
+    return config.agent.max_context if config.agent.env else config.sampling.max_new_tokens
+
+
 def uses_reward_components(config) -> bool:
     """Whether the advantage estimator gets the reward components [N, K] (the main reward, then the rewards of
     `config.task.extra_rewards`): it declares `reward_components` and extra rewards are configured. Without
@@ -305,6 +314,7 @@ def _batch_errors(config) -> list[str]:
     for path in ("rl.num_prompts", "rl.num_generations", "rl.ppo_epochs", "rl.num_minibatches"):
         _check_positive_int(errors, config, path)
     _check_positive_int(errors, config, "rl.micro_batch_size", minimum=0)
+    _check_positive_int(errors, config, "rl.agg_norm_length", minimum=0)
     if errors:
         return errors
     if rl.num_generations < 2:

@@ -28,6 +28,7 @@ import optax
 from rl4llm.models import value_head
 from rl4llm.rl import aggregation, registry
 from rl4llm.rl import losses as losses_lib
+from rl4llm.train import config_validation
 from rl4llm.train import learner as learner_lib
 
 
@@ -54,6 +55,12 @@ class CriticConfig:
     agg_mode: str
     micro_batch_size: int  # 0: no accumulation
     value_loss_coef: float = 1.0  # shared trunk: weight of the value-loss gradient on the policy's params
+    agg_norm_length: float = 0.0  # C of "seq-mean-token-sum-norm" (LearnerConfig.agg_norm_length)
+
+
+def value_loss_weights(ccfg: CriticConfig, completion_mask: jax.Array) -> jax.Array:  # [N, T]
+    """Whole-minibatch aggregation weights of the value loss (`rl.aggregation.aggregation_weights`)."""
+    return aggregation.aggregation_weights(completion_mask, ccfg.agg_mode, norm_length=ccfg.agg_norm_length or None)
 
 
 def _split(tree, micro_batch_size: int):
@@ -93,7 +100,7 @@ def value_loss_grads(model_cfg, ccfg: CriticConfig, state: learner_lib.TrainStat
     def accumulate(carry, xs):
         return jax.tree.map(jnp.add, carry, grad_fn(state.critic.params, *xs)), None
 
-    weights = aggregation.aggregation_weights(batch.completion_mask, ccfg.agg_mode)
+    weights = value_loss_weights(ccfg, batch.completion_mask)
     xs = _split((batch, weights), ccfg.micro_batch_size)
     sums0 = {"vf_loss": 0.0, "vf_clip_frac": 0.0, "tokens": 0.0}
     init = (jax.tree.map(jnp.zeros_like, state.critic.params), jax.tree.map(jnp.float32, sums0))
@@ -146,7 +153,7 @@ def shared_trunk_step(model_cfg, lcfg: learner_lib.LearnerConfig, ccfg: CriticCo
     `∇(value loss)`. Micro-batches of `lcfg.micro_batch_size` (the critic's is the same, `rl.micro_batch_size`)."""
     head = learner_lib.HeadLoss(
         loss_fn=functools.partial(_head_value_loss, ccfg), params=state.critic.params,
-        batch=(critic_batch, aggregation.aggregation_weights(critic_batch.completion_mask, ccfg.agg_mode)),
+        batch=(critic_batch, value_loss_weights(ccfg, critic_batch.completion_mask)),
     )
     pg = learner_lib.policy_gradients(model_cfg, lcfg, state, batch, key, head)
     new_state, actor_metrics = learner_lib.apply_policy_gradients(optimizer, state, batch, pg)
@@ -187,6 +194,7 @@ def critic_config(config) -> CriticConfig:
         agg_mode=config.rl.agg_mode,
         micro_batch_size=config.rl.micro_batch_size,
         value_loss_coef=config.critic.value_loss_coef,
+        agg_norm_length=config_validation.agg_norm_length(config),
     )
 
 

@@ -84,6 +84,7 @@ class LearnerConfig:
     tis_level: str = "token"  # "token" | "sequence" (losses.truncated_is_weights)
     logprob_vocab_chunk_size: int = 0  # > 0: vocabulary entries projected at once (online logsumexp); 0: all
     epo: tuple = ()  # EPO's settings (train.epo.learner_settings); (): no EPO term
+    agg_norm_length: float = 0.0  # C of "seq-mean-token-sum-norm" (Dr.GRPO's run constant); 0: the padded length
 
 
 LR_SCHEDULES = ("constant", "cosine")
@@ -167,11 +168,30 @@ def policy_is_weights(cfg: LearnerConfig, old_logp, mb: LearnerBatch):
     """
     weights = mb.token_weights
     if cfg.tis_cap > 0:
-        tis = losses_lib.truncated_is_weights(
-            old_logp, mb.sampler_logp, mb.completion_mask, cap=cfg.tis_cap, level=cfg.tis_level
-        )
+        tis = tis_weights(cfg, old_logp, mb)
         weights = tis if weights is None else weights * tis
     return weights
+
+
+def tis_weights(cfg: LearnerConfig, old_logp, mb: LearnerBatch):
+    """TIS weights [N, T] against the sampler (`losses.truncated_is_weights`, cap `cfg.tis_cap` > 0)."""
+    return losses_lib.truncated_is_weights(old_logp, mb.sampler_logp, mb.completion_mask, cap=cfg.tis_cap,
+                                           level=cfg.tis_level)
+
+
+def mechanism_sums(cfg: LearnerConfig, old_logp, mb: LearnerBatch) -> dict:
+    """Token sums of the learner-side mechanisms' metrics (divided by the token count when logged):
+    `token_selection_frac` (80/20: tokens kept by the forking-token mask), `tis/weight_mean` and
+    `tis/truncated_frac` (truncated IS: mean weight, tokens whose ratio reached the cap)."""
+    mask = mb.completion_mask
+    sums = {}
+    if mb.token_weights is not None:
+        sums["token_selection_frac"] = jnp.sum((mb.token_weights != 0) * mask)
+    if cfg.tis_cap > 0:
+        tis = tis_weights(cfg, old_logp, mb)
+        sums["tis/weight_mean"] = jnp.sum(tis * mask)
+        sums["tis/truncated_frac"] = jnp.sum((tis >= cfg.tis_cap) * mask)
+    return sums
 
 
 def token_statistics(logp, entropy, advantages, mask) -> dict:  # [N, T] each
@@ -269,6 +289,7 @@ def _microbatch_loss(
     sums = {"pg_loss": loss, "entropy": jnp.sum(entropy * mask)}
     if is_weights is not None:
         sums["is_weight"] = jnp.sum(is_weights * mask)
+    sums.update(mechanism_sums(cfg, old_logp, mb))
     if kl_coef is not None:
         ref_logp, _ = logp_fn(ref_params, mb.tokens, mb.attention_mask)
         kl = kl_lib.estimate(logp, jax.lax.stop_gradient(ref_logp), cfg.kl_kind)
@@ -351,7 +372,8 @@ def policy_gradients(model_cfg, cfg: LearnerConfig, state: TrainState, batch: Le
 
     # Weights of the WHOLE minibatch, sliced per micro-batch: Σ over micro-batches = full-batch aggregate.
     agg_mode = registry.agg_mode_for(cfg.loss, cfg.agg_mode)
-    agg_weights = aggregation.aggregation_weights(batch.completion_mask, agg_mode)
+    agg_weights = aggregation.aggregation_weights(batch.completion_mask, agg_mode,
+                                                  norm_length=cfg.agg_norm_length or None)
     token_stats = minibatch_token_stats(model_cfg, cfg, state.params, batch, key)
     xs = _split_microbatches((batch, agg_weights, token_stats, head_batch), cfg.micro_batch_size)
     first = jax.tree.map(lambda x: x[0], xs)

@@ -195,10 +195,11 @@ class Selector:
     def _collect_refill(self, step: int, key, generate: GenerateFn) -> Collected:
         """DAPO dynamic sampling / PRIME accuracy band: rounds of B fresh prompts until B groups are kept.
 
-        PRIME trains its PRM and the policy only on groups inside the band; its estimators give out-of-band groups
-        non-zero advantages (process rewards), so under `accuracy_band` the dropped groups that complete the batch at
-        the round bound keep their rows (static shapes) with empty completion masks. Under `dynamic_sampling` they
-        are trained on as they are (all-equal rewards: zero group-relative advantage)."""
+        Dropped groups that complete the batch at the round bound keep their rows (static shapes) with empty
+        completion masks, so nothing trains on them: PRIME trains its PRM and the policy only on groups inside the
+        band (its estimators would give out-of-band groups non-zero advantages from process rewards), and DAPO's
+        batch holds only groups with distinct rewards (zero-advantage rows would still count in a token-mean's
+        denominator and shrink every update)."""
         b, g = self.num_prompts, self.num_generations
         # A smaller request of the stream is a prefix of a larger one: round 0 = the uniform step's prompts.
         examples = self.stream_examples(step, b * self.sel.max_gen_rounds)
@@ -227,8 +228,7 @@ class Selector:
             "selection/generated_reward": float(generated.scores.mean()),
         })
         collected = self._finish(concat(parts, self.pad_id), metrics, generated=generated)
-        if self.method == "accuracy_band":
-            collected.rows.completion_mask[kept * g :] = False  # chosen groups after the kept ones: out of band
+        collected.rows.completion_mask[kept * g :] = False  # chosen groups after the kept ones: dropped groups
         return collected
 
     def _collect_targeted(self, state, step: int, key, generate: GenerateFn) -> tuple[Collected, object]:

@@ -316,6 +316,7 @@ def learner_config(config) -> learner_lib.LearnerConfig:
         tis_cap=rl.tis_cap,
         tis_level=rl.tis_level,
         epo=epo_lib.learner_settings(config),
+        agg_norm_length=config_validation.agg_norm_length(config),
     )
 
 
@@ -559,6 +560,9 @@ def collect_rollouts(config, setup: Setup, programs: RLPrograms, state, step: in
         extra_inputs["process_rewards"] = prime_rewards.implicit_process_rewards(
             prm_logp, ref_logp, mask, beta=config.prime.beta
         )
+        # PRIME's mechanism acting: the dense rewards are non-zero once the PRM has moved from its reference
+        host_metrics["prime/process_reward_abs"] = jnp.sum(jnp.abs(extra_inputs["process_rewards"]) * mask) / jnp.maximum(
+            jnp.sum(mask), 1.0)
         prm_batch = prime_lib.PRMBatch(tokens=tokens, attention_mask=attention_mask, completion_mask=mask,
                                        ref_logp=ref_logp, labels=jnp.clip(jnp.asarray(scores, jnp.float32), 0.0, 1.0))
     advantages, returns = _advantages(
@@ -570,6 +574,9 @@ def collect_rollouts(config, setup: Setup, programs: RLPrograms, state, step: in
         kwargs=tuple(sorted(advantage_kwargs(config).items())),
         **{k: v for k, v in extra_inputs.items() if k in advantage_inputs},
     )
+    # rows that carry a learning signal (a non-zero advantage on a trained token): 1 − the share of the batch that
+    # all-equal groups (or masked rows) waste; generated rollouts / useful rows = samples per useful gradient
+    host_metrics["useful_frac"] = jnp.mean(jnp.any((advantages != 0) & (mask > 0), axis=-1))
     loss_inputs = registry.policy_loss_inputs(rl.loss)
     batch = learner_lib.LearnerBatch(
         tokens=tokens,

@@ -19,12 +19,12 @@ M = jnp.array([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]], jnp.float32)
 #   token-mean              = 47 / 9                       = 5.222222
 #   seq-mean-token-mean     = (10/4 + 18/3 + 19/2) / 3     = (2.5 + 6 + 9.5) / 3 = 6.0
 #   seq-mean-token-sum      = (10 + 18 + 19) / 3           = 15.666667
-#   seq-mean-token-sum-norm = 47 / S                       = 11.75 (S=4), 0.47 (S=100)
+#   seq-mean-token-sum-norm = (10 + 18 + 19) / (C·3)       = 3.916667 (C=T=4), 0.156667 (C=100)
 GOLDEN = {
     "token-mean": 47 / 9,
     "seq-mean-token-mean": 6.0,
     "seq-mean-token-sum": 47 / 3,
-    "seq-mean-token-sum-norm": 47 / 4,
+    "seq-mean-token-sum-norm": 47 / 12,
 }
 
 
@@ -34,7 +34,7 @@ def test_verl_goldens(mode):
 
 
 def test_sum_norm_explicit_length():
-    np.testing.assert_allclose(agg.aggregate(L, M, "seq-mean-token-sum-norm", norm_length=100), 0.47, rtol=1e-6)
+    np.testing.assert_allclose(agg.aggregate(L, M, "seq-mean-token-sum-norm", norm_length=100), 0.47 / 3, rtol=1e-6)
 
 
 def test_unknown_mode_lists_modes():
@@ -54,7 +54,7 @@ def test_nan_outside_mask_is_ignored():
 def test_empty_rows_ignored_by_seq_modes():
     L2 = jnp.concatenate([L, jnp.full((1, 4), 100.0)])
     M2 = jnp.concatenate([M, jnp.zeros((1, 4))])
-    for mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
+    for mode in ("seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
         np.testing.assert_allclose(agg.aggregate(L2, M2, mode), GOLDEN[mode], rtol=1e-6)
 
 

@@ -1,0 +1,230 @@
+r"""Reproduction studies: several arms (methods) x seeds from ONE shared SFT warm start, results to committed JSONL.
+
+    python -m experiments.reproduce --study=entropy_mechanism --root=/tmp/rl4llm/reproduce
+    python -m experiments.reproduce --study=dapo_ladder --root=/tmp/rl4llm/reproduce --workers=2
+
+Each study (`STUDIES`) names its arms (a recipe of configs/ with the study's overrides), its seeds, RL steps,
+evaluation cadence and the metric keys it keeps. The script
+  1. trains the warm start once (`<root>/warm_start`: the default SFT stage, seed 0, no RL),
+  2. runs every (arm, seed) not finished yet in `<root>/<study>/<arm>/seed<k>`, a copy of the warm start (so every
+     run starts from the same policy; the seed changes the RL data order and sampling), `--workers` at a time, each
+     in its own process (`--job=<arm>/<seed>` runs one),
+  3. writes `notebooks/results/<study>.jsonl` (`rl4llm.analysis.results`): one record per (arm, seed, logged
+     step) with the study's keys, step 0 = the warm start's evaluation. The notebooks redraw every figure from it.
+Re-running skips finished runs and resumes interrupted ones from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+from typing import Callable
+
+from absl import app
+from absl import flags
+from absl import logging
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_STUDY = flags.DEFINE_string("study", None, "Study name (STUDIES).", required=True)
+_ROOT = flags.DEFINE_string("root", "/tmp/rl4llm/reproduce", "Where the warm start and the runs go.")
+_RESULTS = flags.DEFINE_string("results", None, "Results JSONL (default notebooks/results/<study>.jsonl).")
+_WORKERS = flags.DEFINE_integer("workers", 1, "Runs at a time (each in its own process).")
+_ARMS = flags.DEFINE_list("arms", None, "Only these arms (default: all of the study's).")
+_SEEDS = flags.DEFINE_list("seeds", None, "Only these seeds (default: the study's).")
+_JOB = flags.DEFINE_string("job", None, "Internal: run one '<arm>/<seed>' in this process.")
+
+
+def _recipe(name: str, **overrides) -> Callable[[], object]:
+    """An arm: configs/<name>.py's get_config() with dotted-field `overrides` (e.g. rl__loss_kwargs__clip_high)."""
+
+    def build():
+        config = importlib.import_module(f"configs.{name}").get_config()
+        for dotted, value in overrides.items():
+            *path, leaf = dotted.split("__")
+            section = config
+            for part in path:
+                section = section[part]
+            section[leaf] = value
+        return config
+
+    return build
+
+
+def _ladder(rung: str) -> Callable[[], object]:
+    return lambda: importlib.import_module("configs.dapo_ladder").get_config(rung)
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """Arms x seeds of RL from the shared warm start."""
+
+    arms: dict  # name -> () -> ConfigDict (the arm's full config before the study's common settings)
+    seeds: tuple
+    rl_steps: int
+    eval_every: int
+    keys: tuple  # metrics.jsonl keys kept in the results file (those a run does not log are left out)
+    description: str
+
+
+# Metric keys every study keeps: the learning curve, the policy's entropy, and the sample budget.
+_COMMON_KEYS = (
+    "reward", "entropy", "response_length", "truncated_frac", "useful_frac", "solve_all_frac", "solve_none_frac",
+    "selection/generated_rollouts", "approx_kl", "grad_norm", "time/step_s",
+    "eval/greedy_accuracy", "eval/pass@1", "eval/pass@4", "eval/answer_entropy",
+)
+_MECHANISM_KEYS = (
+    "clip_frac", "clip_frac_low", "clip_frac_high", "dual_clip_frac", "clip_cov_frac", "kl_cov_frac", "kl_cov_abs_lr",
+    "token_selection_frac", "entropy/p10", "entropy/p50", "entropy/p90", "cov_logp_adv",
+    "selection/kept_groups", "selection/dropped_groups", "selection/gen_rounds", "selection/filled_with_dropped",
+    "length_shaping/changed_frac",
+)
+
+# configs/grpo.py without its KL (β = 0.04) and with token-mean and the Entropy-Mechanism schedule: the baseline of
+# configs/clip_cov.py and configs/kl_cov.py.
+_ENTROPY_BASE = dict(rl__kl_coef=0.0, rl__agg_mode="token-mean", rl__num_minibatches=8)
+
+STUDIES = {
+    "entropy_mechanism": Study(
+        arms={
+            # Every arm: GRPO advantages, token-mean, no KL, 8 minibatch updates per rollout batch (the Clip-Cov /
+            # KL-Cov recipes' schedule, the authors'); they differ only in the entropy intervention, each at its
+            # paper's setting (80/20 on top of clip-higher, as the paper builds on DAPO).
+            "grpo": _recipe("grpo", **_ENTROPY_BASE),
+            "clip_higher": _recipe("grpo", **_ENTROPY_BASE, rl__loss_kwargs__clip_high=0.28),
+            "clip_cov": _recipe("clip_cov"),
+            "kl_cov": _recipe("kl_cov"),
+            "entropy_80_20": _recipe("grpo", **_ENTROPY_BASE, rl__loss_kwargs__clip_high=0.28,
+                                     rl__token_selection="high_entropy"),
+        },
+        seeds=(0, 1, 2),
+        rl_steps=100,
+        eval_every=10,
+        keys=_COMMON_KEYS + _MECHANISM_KEYS,
+        description="Cui et al. 2025: entropy collapse under GRPO, R = -a exp(H) + b, Clip-Cov / KL-Cov",
+    ),
+    "dapo_ladder": Study(
+        arms={rung: _ladder(rung) for rung in ("grpo", "clip_higher", "overlong", "token_loss", "dapo")},
+        seeds=(0, 1, 2),
+        rl_steps=100,
+        eval_every=10,
+        keys=_COMMON_KEYS + _MECHANISM_KEYS,
+        description="Yu et al. 2025 (DAPO) Table 1: each component added in turn",
+    ),
+}
+
+
+def run_config(study: Study, arm: str, seed: int):
+    """The full config of one run: the arm's recipe with the study's seed, steps and cadence."""
+    config = study.arms[arm]()
+    config.seed = seed
+    config.rl.steps = study.rl_steps
+    config.eval.every = study.eval_every
+    config.log_every = 1
+    config.checkpoint.every = study.eval_every * 5
+    return config
+
+
+def warm_start_dir(root: str) -> str:
+    return os.path.join(root, "warm_start")
+
+
+def run_dir(root: str, study_name: str, arm: str, seed: int) -> str:
+    return os.path.join(root, study_name, arm, f"seed{seed}")
+
+
+def ensure_warm_start(root: str) -> str:
+    """The shared warm start: the default config's SFT stage (seed 0) in `<root>/warm_start`, trained once."""
+    from configs import default
+    from rl4llm.train import trainer
+
+    workdir = warm_start_dir(root)
+    if not os.path.exists(os.path.join(workdir, "summary.json")):
+        config = default.get_config()
+        config.rl.steps = 0
+        trainer.run(config, workdir)
+    return workdir
+
+
+def run_job(study_name: str, arm: str, seed: int, root: str) -> None:
+    """One (arm, seed) run in a copy of the warm start (resumed when interrupted)."""
+    from rl4llm.train import config_validation, trainer
+
+    study = STUDIES[study_name]
+    workdir = run_dir(root, study_name, arm, seed)
+    if not os.path.isdir(os.path.join(workdir, "checkpoints", "sft")):
+        source = warm_start_dir(root)
+        shutil.copytree(os.path.join(source, "checkpoints", "sft"), os.path.join(workdir, "checkpoints", "sft"))
+        shutil.copytree(os.path.join(source, "tokenizer"), os.path.join(workdir, "tokenizer"))
+    config = run_config(study, arm, seed)
+    config_validation.validate(config)
+    trainer.run(config, workdir)
+
+
+def collect(study_name: str, root: str, path: str) -> int:
+    """Writes the study's results file from its finished runs; returns the number of records."""
+    from rl4llm.analysis import results
+    from rl4llm.train import metrics as metrics_lib
+
+    study = STUDIES[study_name]
+    warm = {k: v for r in metrics_lib.read_metrics(warm_start_dir(root), "sft") for k, v in r.items()}
+    records = []
+    for arm in study.arms:
+        for seed in study.seeds:
+            workdir = run_dir(root, study_name, arm, seed)
+            if not os.path.exists(os.path.join(workdir, "summary.json")):
+                continue
+            records.append({"arm": arm, "seed": seed, "step": 0,
+                            **{k: warm[k] for k in study.keys if k.startswith("eval/") and k in warm}})
+            for r in metrics_lib.read_metrics(workdir, "rl"):
+                records.append({"arm": arm, "seed": seed, "step": r["step"],
+                                **{k: r[k] for k in study.keys if k in r}})
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return results.write_results(path, records)
+
+
+def _pending(study_name: str, study: Study, root: str, arms, seeds) -> list[tuple[str, int]]:
+    return [(arm, seed) for arm in arms for seed in seeds
+            if not os.path.exists(os.path.join(run_dir(root, study_name, arm, seed), "summary.json"))]
+
+
+def main(argv):
+    del argv
+    study = STUDIES[_STUDY.value]
+    root = _ROOT.value
+    if _JOB.value:
+        arm, seed = _JOB.value.split("/")
+        run_job(_STUDY.value, arm, int(seed), root)
+        return
+    arms = _ARMS.value or list(study.arms)
+    unknown = sorted(set(arms) - set(study.arms))
+    if unknown:
+        sys.exit(f"--arms: unknown {unknown}; {_STUDY.value} has {list(study.arms)}")
+    seeds = [int(s) for s in _SEEDS.value] if _SEEDS.value else list(study.seeds)
+    ensure_warm_start(root)
+    jobs = _pending(_STUDY.value, study, root, arms, seeds)
+    print(f"{_STUDY.value}: {len(jobs)} runs to do ({study.description})", flush=True)
+    running: list[subprocess.Popen] = []
+    for arm, seed in jobs:
+        while len(running) >= _WORKERS.value:
+            running[0].wait()
+            running = [p for p in running if p.poll() is None]
+        log = open(os.path.join(root, f"{_STUDY.value}_{arm}_seed{seed}.log"), "w", encoding="utf-8")
+        command = [sys.executable, "-m", "experiments.reproduce", f"--study={_STUDY.value}", f"--root={root}",
+                   f"--job={arm}/{seed}"]
+        running.append(subprocess.Popen(command, cwd=_REPO, stdout=log, stderr=subprocess.STDOUT))
+        print(f"started {arm} seed {seed}", flush=True)
+    failed = [p.args[-1] for p in running if p.wait() != 0]
+    path = _RESULTS.value or os.path.join(_REPO, "notebooks", "results", f"{_STUDY.value}.jsonl")
+    print(f"wrote {collect(_STUDY.value, root, path)} records to {path}", flush=True)
+    if failed:
+        sys.exit(f"failed runs: {failed} (logs in {root})")
+
+
+if __name__ == "__main__":
+    logging.set_verbosity(logging.WARNING)
+    app.run(main)
