@@ -9,8 +9,8 @@ def get_config():
     as the trust region. GRPO advantages, token-mean, no KL, no entropy bonus.
 
     Schedule: the authors' verl recipe (recipe/entropy: 256 prompts x 8 responses per step, minibatches of 32 prompts)
-    takes 8 updates per rollout batch; so does this recipe (16 prompts x 16 per step, minibatches of 2 prompts'
-    groups), old log-probs from a behaviour pass. The covariance selection is over each minibatch's tokens (verl: each micro-batch's).
+    takes 8 updates per rollout batch; so does this recipe (16 prompts x 8 responses per step, the authors' n = 8,
+    in minibatches of 2 prompts' groups), old log-probs from a behaviour pass. The covariance selection is over each minibatch's tokens (verl: each micro-batch's).
     Run:
         python -m experiments.train --config=configs/clip_cov.py --workdir=/tmp/rl4llm/clip_cov
     Result: not yet recorded.
@@ -25,5 +25,6 @@ def get_config():
     c.rl.loss_kwargs.clip_cov_ub = 5.0
     c.rl.agg_mode = "token-mean"
     c.rl.kl_coef = 0.0
+    c.rl.num_generations = 8
     c.rl.num_minibatches = 8
     return c

@@ -174,6 +174,47 @@ def test_learner_step_invariant_to_micro_batching():
             jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got_params, ref_params)
 
 
+def test_dr_grpo_normaliser_is_one_constant_whatever_the_padded_length():
+    """Dr.GRPO (seq-mean-token-sum-norm): (1/N) Σ_i Σ_t L_it / C with C = config.rl.agg_norm_length (default the
+    response budget): padding the same batch to a longer T changes nothing; without the constant (C = T) it did."""
+    model_cfg = models.get_config("nano", vocab_size=16)
+    params = models.init_params(model_cfg, jax.random.key(0))
+    n, p, t, pad = 4, 4, 6, 5
+    tokens = jax.random.randint(jax.random.key(1), (n, p + t), 4, 16)
+    lengths = jnp.array([6, 2, 4, 5])
+    completion_mask = (jnp.arange(t)[None] < lengths[:, None]).astype(jnp.float32)
+    advantages = jnp.array([[1.0], [-1.0], [0.5], [-0.5]]) * completion_mask
+
+    def batch(extra: int):  # the same sequences with `extra` more padding columns
+        widen = lambda x: jnp.pad(x, ((0, 0), (0, extra)))  # noqa: E731
+        mask = widen(completion_mask)
+        attention = jnp.concatenate([jnp.ones((n, p), jnp.int32), mask.astype(jnp.int32)], 1)
+        old = widen(-jnp.ones((n, t)))
+        return learner_lib.LearnerBatch(tokens=widen(tokens), attention_mask=attention, completion_mask=mask,
+                                        advantages=widen(advantages), old_logp=old, sampler_logp=old)
+
+    def loss_and_grad_norm(extra: int, norm_length: float) -> tuple[float, float]:
+        cfg = learner_lib.LearnerConfig(loss="ppo_clip", loss_kwargs=(), agg_mode="seq-mean-token-sum-norm",
+                                        kl_coef=0.0, kl_kind="k3", entropy_coef=0.0, temperature=1.0,
+                                        micro_batch_size=0, logprob_chunk_size=4, use_old_logp=False,
+                                        agg_norm_length=norm_length)
+        state = learner_lib.TrainState(params=params, opt_state=optax.sgd(0.1).init(params), ref_params=None,
+                                       key=jax.random.key_data(jax.random.key(0)))
+        pg = learner_lib.policy_gradients(model_cfg, cfg, state, batch(extra), jax.random.key(3))
+        return float(pg.sums["pg_loss"]), float(optax.tree.norm(pg.grads))
+
+    fixed, fixed_padded = loss_and_grad_norm(0, 32.0), loss_and_grad_norm(pad, 32.0)
+    np.testing.assert_allclose(fixed_padded, fixed, rtol=1e-5)
+    # on-policy: L_it = −A_i·ρ = −A_i, so the loss is −(1/4)·Σ_i A_i·|o_i| / 32 = −(6 − 2 + 2 − 2.5)/4/32
+    np.testing.assert_allclose(fixed[0], -(6 - 2 + 2 - 2.5) / 4 / 32, rtol=1e-5)
+    unpadded, padded = loss_and_grad_norm(0, 0.0), loss_and_grad_norm(pad, 0.0)  # C = the padded length: 6, then 11
+    np.testing.assert_allclose(padded[1], unpadded[1] * t / (t + pad), rtol=1e-5)
+    config = default.get_config()
+    assert trainer.learner_config(config).agg_norm_length == config.sampling.max_new_tokens
+    config.agent.env = "guess_number"
+    assert trainer.learner_config(config).agg_norm_length == config.agent.max_context
+
+
 @pytest.mark.parametrize(
     "n,c,k,expected",
     [

@@ -84,3 +84,37 @@ def mean_std(values: Sequence[float]) -> str:
 def arms(records: Sequence[dict]) -> list[str]:
     """The arms of a study's records, in first-seen order."""
     return list(dict.fromkeys(r["arm"] for r in records))
+
+
+def _per_seed(records: Sequence[dict], arm: str, key: str) -> dict[int, dict[int, float]]:
+    """{seed: {step: value}} of the finite values of `key` for `arm`."""
+    out: dict[int, dict[int, float]] = {}
+    for r in records:
+        if r["arm"] == arm and key in r and np.isfinite(r[key]):
+            out.setdefault(r["seed"], {})[r["step"]] = float(r[key])
+    return out
+
+
+def paired_at(records: Sequence[dict], arm: str, x_key: str, y_key: str, window: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(x [P], y [P]) over every seed's steps that logged `y_key` (e.g. the evaluations), x = the mean of `x_key` over
+    the `window` logged steps up to and including that step (e.g. the policy entropy of the last few updates, against
+    held-out accuracy). Steps without any `x_key` value in the window are left out."""
+    xs, ys = [], []
+    x_by_seed = _per_seed(records, arm, x_key)
+    for seed, y_steps in _per_seed(records, arm, y_key).items():
+        x_steps = x_by_seed.get(seed, {})
+        for step, y in sorted(y_steps.items()):
+            recent = [x_steps[s] for s in sorted(x_steps) if step - window < s <= step]
+            if recent:
+                xs.append(float(np.mean(recent)))
+                ys.append(y)
+    return np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+
+
+def cumulative_curve(records: Sequence[dict], arm: str, key: str) -> SeedCurve:
+    """The running sum of `key` over each seed's steps (e.g. generated rollouts -> samples so far), over seeds."""
+    per_seed = _per_seed(records, arm, key)
+    summed = [{"arm": arm, "seed": seed, "step": step, key: total}
+              for seed, steps in per_seed.items()
+              for step, total in zip(sorted(steps), np.cumsum([steps[s] for s in sorted(steps)]))]
+    return seed_curve(summed, arm, key)
