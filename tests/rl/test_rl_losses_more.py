@@ -68,7 +68,8 @@ def test_cispo_truncates_weight_not_gradient():
     loss, m = fn(lp)
     np.testing.assert_allclose(loss, -(1.2 * np.log(1.5) + 0.5 * np.log(0.5)) / 2, rtol=1e-6)
     np.testing.assert_allclose(_grad(fn, lp), [[-0.6, -0.25]], rtol=1e-6)
-    np.testing.assert_allclose(m["clip_frac"], 0.5)
+    np.testing.assert_allclose(m["is_clip_frac"], 0.5)
+    np.testing.assert_allclose(m["is_weight_mean"], (1.2 + 0.5) / 2, rtol=1e-6)
 
 
 def test_reinforce_is_minus_a_logp():
@@ -106,7 +107,8 @@ def test_clip_cov_hand_case():
     loss, metrics = fn(lp)
     # L = −A·ρ = [−3, 1, 1, 1]; token 0 is picked (n_clip = max(⌊2e-4·4⌋, 1) = 1) -> [0, 1, 1, 1] -> 0.75
     np.testing.assert_allclose(loss, 0.75, rtol=1e-6)
-    np.testing.assert_allclose(metrics["clip_frac"], 0.25)
+    np.testing.assert_allclose(metrics["clip_cov_frac"], 0.25)
+    assert metrics["clip_frac"] == 0.0  # on-policy: no PPO clipping
     np.testing.assert_allclose(_grad(fn, lp), [[0.0, 0.25, 0.25, 0.25]], rtol=1e-6)
 
 
