@@ -78,6 +78,22 @@ def abs_torch_grad(x: jax.Array) -> jax.Array:
     return jnp.sign(jax.lax.stop_gradient(x)) * x
 
 
+def clip_torch_grad(x: jax.Array, lo=None, hi=None) -> jax.Array:
+    """`clip(x, lo, hi)` whose gradient is 1 where `lo ≤ x ≤ hi` (bounds INCLUDED) and 0 outside, as torch's `clamp`.
+
+    `jnp.clip` is `minimum(maximum(x, lo), hi)`, whose gradient splits ties: ½ at a bound and ¼ when lo == hi.
+    Ratio clips are evaluated on-policy at exactly ρ = 1, which is a bound whenever a clip range is 0
+    (clip_low = 0 or clip_high = 0, GMPO's log-space clip with a zero side); there torch (verl) passes the whole
+    gradient. The value is `jnp.clip`'s, bit for bit; `lo` / `hi` may be None (one-sided) or arrays.
+    """
+    inside = jnp.ones(jnp.shape(x), bool)
+    if lo is not None:
+        inside = inside & (x >= lo)
+    if hi is not None:
+        inside = inside & (x <= hi)
+    return jnp.where(inside, x, jax.lax.stop_gradient(jnp.clip(x, lo, hi)))
+
+
 def require(name: str, value, ok: bool, requirement: str) -> None:
     """Raise ValueError("name=value: requirement") unless `ok`, for a method hyper-parameter given as a
     Python number or string (traced values are not checked). Config validation reports these messages

@@ -214,6 +214,8 @@ def forking_token_mask(
     `1[H ≥ quantile_{1−ρ}(H over valid tokens of the batch)]·m` (linear-interpolated quantile, as
     torch.quantile). Pass it as (or multiply it into) a loss's `is_weights`: only forking tokens get a
     gradient while the normaliser still counts all tokens, as in the paper. ρ = 1 keeps every valid token.
+    Ties at the threshold are all kept (TRL's `entropies >= threshold`), so with tied entropies more than a
+    ρ fraction of the tokens can be selected.
     """
     entropy = jax.lax.stop_gradient(entropy)
     threshold = masked_quantile(entropy, mask, 1.0 - rho)

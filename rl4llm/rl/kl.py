@@ -13,6 +13,10 @@ With `Δ = logp − ref_logp` for tokens sampled from π (the policy being penal
 All of k1 and k3 are unbiased for KL(π‖π_ref) under x ~ π; k3 ≥ 0. The "+" straight-through form
 (`½Δ² − sg(½Δ²) + sg(value)`) is verl's fix from PR #6058: only k2's gradient is an unbiased
 gradient of reverse KL on-policy.
+
+Ties follow torch (verl): "abs" has gradient sign(Δ) = 0 at Δ = 0 (`aggregation.abs_torch_grad`), and k3's
+clamps pass the gradient up to and including their bounds (`aggregation.clip_torch_grad`, torch.clamp).
+At Δ = 0 every estimator's gradient is 0 except k1's (1).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl.aggregation import abs_torch_grad
+from rl4llm.rl.aggregation import abs_torch_grad, clip_torch_grad
 
 _ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
 KINDS = ("k1", "abs", "k2", "k3", "k1+", "abs+", "k2+", "k3+")
@@ -35,8 +39,8 @@ def _forward(logp: jax.Array, ref_logp: jax.Array, kind: str) -> jax.Array:
     if kind == "k2":
         return 0.5 * jnp.square(log_ratio)
     if kind == "k3":
-        k = jnp.clip(ref_logp - logp, -20.0, 20.0)
-        return jnp.clip(jnp.exp(k) - k - 1.0, -10.0, 10.0)
+        k = clip_torch_grad(ref_logp - logp, -20.0, 20.0)
+        return clip_torch_grad(jnp.exp(k) - k - 1.0, -10.0, 10.0)
     raise ValueError(f"unknown KL estimator {kind!r}; known: {', '.join(KINDS)} (aliases: {_ALIASES})")
 
 

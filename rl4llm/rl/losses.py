@@ -23,14 +23,19 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl.aggregation import (abs_torch_grad, aggregate, masked_mean, masked_quantile, masked_sum, masked_var,
-                                   replicated, require, weighted_sum)
+from rl4llm.rl.aggregation import (abs_torch_grad, aggregate, clip_torch_grad, masked_mean, masked_quantile, masked_sum,
+                                   masked_var, replicated, require, weighted_sum)
 from rl4llm.rl.entropy import normalized_entropy_scores, steer_token_weights
 from rl4llm.rl.kl import estimate
 
 Metrics = dict[str, jax.Array]
 
 _LOG_RATIO_CLAMP = 20.0  # verl clamps the token log-ratio to ±20 before exp
+
+
+def _clamped_log_ratio(logp: jax.Array, old_logp: jax.Array) -> jax.Array:  # [N, T]
+    """`clamp(logp − old_logp, −20, 20)` as verl (torch.clamp: gradient 1 up to and including the bounds)."""
+    return clip_torch_grad(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
 
 
 def _token_advantages(advantages: jax.Array) -> jax.Array:  # [N] | [N, T] -> [N, T] (or [N, 1])
@@ -91,11 +96,21 @@ def ppo_clip(
     loss = aggregate(L·is_weights, mask, agg_mode)
     ```
     `dual_clip=None` disables dual clipping (verl always applies it, c=3 by default; must be > 1).
-    Metrics: clip_frac = mean[L2 > L1], clip_frac_lower = mean[(Lc > −A·c) & (A < 0)],
-    approx_kl = mean(−lr) (verl `ppo_kl`), ratio_mean/max/min over valid tokens.
+
+    Ties (torch/verl conventions, which we match): the clamps (log-ratio ±20, ratio to [1 − clip_low,
+    1 + clip_high]) pass the gradient up to and including their bounds (`aggregation.clip_torch_grad`;
+    `jnp.clip` would pass ½ there); `max(L1, L2)` and the dual clip's `min` split the gradient ½/½ at a tie
+    (torch.maximum / torch.min do too). So on-policy (ρ = 1 exactly, every first update on a rollout batch)
+    dL/dlogp_t = −A_t·w_t (w = aggregation weight) whatever the clip ranges, clip_low = 0 or clip_high = 0
+    included; at ρ = c exactly for A < 0 the dual clip halves the gradient (verl too).
+
+    Metrics (masked means over valid tokens): clip_frac = mean[L2 > L1] (verl pg_clipfrac: tokens whose
+    gradient the clip cuts), clip_frac_high = mean[A > 0 and ρ > 1 + clip_high], clip_frac_low =
+    mean[A < 0 and ρ < 1 − clip_low] (the two sides of clip_frac), dual_clip_frac = mean[(Lc > −A·c) & (A < 0)]
+    (verl pg_clipfrac_lower), approx_kl = mean(−lr) (verl `ppo_kl`), ratio_mean/max/min.
     """
     adv = _token_advantages(advantages)
-    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    log_ratio = _clamped_log_ratio(logp, old_logp)
     token_loss, metrics = _ppo_token_loss(adv, log_ratio, mask, clip_low, clip_high, dual_clip)
     return _reduce(token_loss, mask, agg_mode, agg_weights, is_weights), metrics
 
@@ -113,18 +128,21 @@ def _ppo_token_loss(
         raise ValueError(f"dual_clip must be > 1 (or None to disable), got {dual_clip}")
     ratio = jnp.exp(log_ratio)
     loss1 = -adv * ratio
-    loss2 = -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    clipped = jnp.maximum(loss1, loss2)
+    loss2 = -adv * clip_torch_grad(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    clipped = jnp.maximum(loss1, loss2)  # tie (e.g. ρ = 1): ½/½, as torch.maximum
     if dual_clip is None:
         token_loss = clipped
-        lower = jnp.zeros_like(clipped)
+        dual = jnp.zeros_like(clipped)
     else:
         loss3 = -adv * dual_clip
-        token_loss = jnp.where(adv < 0, jnp.minimum(loss3, clipped), clipped)
-        lower = ((clipped > loss3) & (adv < 0)).astype(jnp.float32)
+        token_loss = jnp.where(adv < 0, jnp.minimum(loss3, clipped), clipped)  # tie: ½/½, as torch.min
+        dual = ((clipped > loss3) & (adv < 0)).astype(jnp.float32)
+    ratio_sg = jax.lax.stop_gradient(ratio)
     metrics = {
         "clip_frac": masked_mean((loss2 > loss1).astype(jnp.float32), mask),
-        "clip_frac_lower": masked_mean(lower, mask),
+        "clip_frac_high": _frac((adv > 0) & (ratio_sg > 1.0 + clip_high), mask),
+        "clip_frac_low": _frac((adv < 0) & (ratio_sg < 1.0 - clip_low), mask),
+        "dual_clip_frac": masked_mean(dual, mask),
         "approx_kl": masked_mean(jax.lax.stop_gradient(-log_ratio), mask),
         **_ratio_metrics(ratio, mask),
     }
@@ -138,6 +156,12 @@ def _approx_kl(log_ratio: jax.Array, mask: jax.Array) -> jax.Array:
 
 def _frac(condition: jax.Array, mask: jax.Array) -> jax.Array:
     return masked_mean(condition.astype(jnp.float32), mask)
+
+
+def _selected_mean(values: jax.Array, weights: jax.Array) -> jax.Array:
+    """`Σ v·w / Σ w` over the selected tokens (w ≥ 0), 0 when nothing is selected."""
+    total = jnp.sum(weights)
+    return masked_sum(values, weights) / jnp.where(total > 0, total, 1.0)
 
 
 def gspo(
@@ -161,18 +185,28 @@ def gspo(
     ```
     Always aggregated with "seq-mean-token-mean" (`agg_mode` is ignored, as in verl; see
     `registry.FORCED_AGG_MODE`). No dual clip. Defaults are the GSPO paper's ε (3e-4, 4e-4).
+    Ties as verl: the `min(·, 10)` and the clip are torch clamps (gradient 1 up to and including the bound),
+    `max(L1, L2)` splits ½/½; on-policy (s = 1) dL/dlogp_it = −A_i·w_it for any clip range.
+    Metrics: clip_frac = mean[L2 > L1] over valid tokens (verl); seq_clip_frac = fraction of the sequences
+    with a valid token whose clip binds: A_i > 0 and s_i > 1 + clip_high, or A_i < 0 and s_i < 1 − clip_low
+    (A_i's sign is that of Σ_t m·A: the sequence advantage when `advantages` is [N]).
     """
     adv = _token_advantages(advantages)
     log_ratio = logp - old_logp
     seq_log_ratio = masked_sum(log_ratio, mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1)  # [N]
     log_s = logp - jax.lax.stop_gradient(logp) + jax.lax.stop_gradient(seq_log_ratio)[:, None]
-    s = jnp.exp(jnp.minimum(log_s, 10.0))
+    s = jnp.exp(clip_torch_grad(log_s, None, 10.0))
     loss1 = -adv * s
-    loss2 = -adv * jnp.clip(s, 1.0 - clip_low, 1.0 + clip_high)
+    loss2 = -adv * clip_torch_grad(s, 1.0 - clip_low, 1.0 + clip_high)
     token_loss = jnp.maximum(loss1, loss2)
     loss = _reduce(token_loss, mask, "seq-mean-token-mean", agg_weights, is_weights)
+    seq_s = jnp.exp(jnp.minimum(jax.lax.stop_gradient(seq_log_ratio), 10.0))  # [N]
+    seq_adv = masked_sum(jnp.broadcast_to(adv, logp.shape), mask, axis=-1)  # [N], sign of A_i
+    seq_clipped = ((seq_adv > 0) & (seq_s > 1.0 + clip_high)) | ((seq_adv < 0) & (seq_s < 1.0 - clip_low))
+    has_token = (jnp.sum(mask, axis=-1) > 0).astype(jnp.float32)
     return loss, {
         "clip_frac": _frac(loss2 > loss1, mask),
+        "seq_clip_frac": jnp.sum(seq_clipped * has_token) / jnp.maximum(jnp.sum(has_token), 1.0),
         "approx_kl": _approx_kl(log_ratio, mask),
         **_ratio_metrics(s, mask),
     }
@@ -193,15 +227,24 @@ def sapo(
     """SAPO soft-gated surrogate (Gao et al. 2025, "Soft Adaptive Policy Optimization"; verl `sapo`).
 
     `ρ = exp(clip(lr, ±20))`, `τ = τ_pos if A > 0 else τ_neg`, `f = sigmoid(τ(ρ − 1))·4/τ`, `L = −f·A`.
-    Always "seq-mean-token-mean" (`agg_mode` is ignored, as in verl). df/dρ = 1 at ρ = 1.
+    Always "seq-mean-token-mean" (`agg_mode` is ignored, as in verl). df/dρ = 1 at ρ = 1, so on-policy the
+    gradient is REINFORCE's, −A_t·w_t (A = 0 takes τ_neg, irrelevant since L = 0 there).
+    Metric gate_mean = masked mean of the soft gate's gradient weight df/dρ = 4·σ(1 − σ), σ = sigmoid(τ(ρ − 1)):
+    1 at ρ = 1 (nothing attenuated), → 0 as ρ leaves 1 in either direction — SAPO's smooth counterpart of
+    PPO's 0/1 clip weight (1 − gate_mean plays the part of clip_frac).
     """
     adv = _token_advantages(advantages)
-    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    log_ratio = _clamped_log_ratio(logp, old_logp)
     ratio = jnp.exp(log_ratio)
     tau = jnp.where(adv > 0, tau_pos, tau_neg)
-    gate = jax.nn.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+    sig = jax.nn.sigmoid(tau * (ratio - 1.0))
+    gate = sig * (4.0 / tau)
     loss = _reduce(-gate * adv, mask, "seq-mean-token-mean", agg_weights, is_weights)
-    return loss, {"approx_kl": _approx_kl(log_ratio, mask), **_ratio_metrics(ratio, mask)}
+    return loss, {
+        "gate_mean": masked_mean(jax.lax.stop_gradient(4.0 * sig * (1.0 - sig)), mask),
+        "approx_kl": _approx_kl(log_ratio, mask),
+        **_ratio_metrics(ratio, mask),
+    }
 
 
 def cispo(
@@ -221,15 +264,19 @@ def cispo(
     `ρ = exp(clip(lr, ±20))`; `L = −sg(clip(ρ, 1 − clip_low, 1 + clip_high))·A·logp`: every token keeps a
     gradient, only its weight is truncated. Defaults: upper cap only (clip_low = 1 makes the lower bound
     0, same as verl's example clip_ratio_low = 10); TRL instead caps at an absolute `epsilon_high`.
+    No tie issue: the weight is a constant, so on-policy (ρ = 1, weight 1) dL/dlogp_t = −A_t·w_t.
+    Metrics: is_clip_frac = fraction of valid tokens whose weight was truncated (ρ outside [1 − clip_low,
+    1 + clip_high], either bound); is_weight_mean = masked mean of the truncated weight.
     """
     adv = _token_advantages(advantages)
-    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
-    ratio = jnp.exp(log_ratio)
+    log_ratio = _clamped_log_ratio(logp, old_logp)
+    ratio = jax.lax.stop_gradient(jnp.exp(log_ratio))
     clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    token_loss = -jax.lax.stop_gradient(clipped) * adv * logp
+    token_loss = -clipped * adv * logp
     loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
     return loss, {
-        "clip_frac": _frac(ratio != clipped, mask),
+        "is_clip_frac": _frac(ratio != clipped, mask),
+        "is_weight_mean": masked_mean(clipped, mask),
         "approx_kl": _approx_kl(log_ratio, mask),
         **_ratio_metrics(ratio, mask),
     }
@@ -276,12 +323,21 @@ def gmpo(
     geometric mean. The loss is the mean of L_i over sequences (`agg_mode` is ignored, as in verl).
     Difference from verl: rows with no valid token are left out of that mean instead of counting as 0.
     With `agg_weights` the loss is `Σ_i L_i·Σ_t w_it` (weights of "seq-mean-token-mean").
+
+    Ties as verl: the log-space clip is a torch clamp (gradient 1 up to and including its bounds, so a zero
+    clip side at lr = 0 still passes the gradient) and the `min` splits ½/½ at lr = clip(lr); on-policy
+    (lr = 0) dL/dlogp_it = −Â_i·v_i·m_it/n_i/Σ_i v_i, the sequence-mean policy gradient (A = 0 tokens,
+    whose sgn is 0, contribute 0 to ρ_i's exponent — torch.sign(0) = 0 too).
+    Metrics: clip_frac_high = mean[A > 0 and lr > clip_high], clip_frac_low = mean[A < 0 and lr < −clip_low]
+    (the tokens whose bound binds, i.e. whose gradient is cut), clip_frac = their sum. verl's geo_mean
+    pg_clipfrac / pg_clipfrac_lower count a token outside EITHER bound on the A > 0 / A < 0 side, including
+    the bound that does not bind (A > 0, lr < −clip_low); ours count only the binding one, as ppo_clip's.
     """
     adv = jnp.broadcast_to(_token_advantages(advantages), logp.shape)
     log_ratio = logp - old_logp
     sign = jnp.sign(adv)
-    clamped = jnp.clip(log_ratio, -clip_low, clip_high)
-    bounded = sign * jnp.minimum(sign * log_ratio, sign * clamped)
+    clamped = clip_torch_grad(log_ratio, -clip_low, clip_high)
+    bounded = sign * jnp.minimum(sign * log_ratio, sign * clamped)  # tie: ½/½, as torch.min
     tokens = jnp.sum(mask, axis=-1)  # [N]
     ratio = jnp.exp(masked_sum(bounded, mask, axis=-1) / (tokens + 1e-8))  # [N]
     seq_adv = masked_sum(adv, mask, axis=-1) / (tokens + 1e-8)  # [N]
@@ -294,10 +350,13 @@ def gmpo(
     else:
         valid = (tokens > 0).astype(seq_loss.dtype)
         loss = jnp.sum(seq_loss * valid) / jnp.maximum(jnp.sum(valid), 1.0)
-    clipped = log_ratio != clamped
+    lr = jax.lax.stop_gradient(log_ratio)
+    high = (adv > 0) & (lr > clip_high)
+    low = (adv < 0) & (lr < -clip_low)
     return loss, {
-        "clip_frac": _frac(clipped & (adv > 0), mask),
-        "clip_frac_lower": _frac(clipped & (adv < 0), mask),
+        "clip_frac": _frac(high | low, mask),
+        "clip_frac_high": _frac(high, mask),
+        "clip_frac_low": _frac(low, mask),
         "approx_kl": _approx_kl(log_ratio, mask),
         **_ratio_metrics(jnp.exp(log_ratio), mask),
     }
@@ -368,7 +427,9 @@ def clip_cov(
     n_clip candidates with the smallest of one uniform draw per token of the [N, T] minibatch. Given
     as `token_stats` (computed on the whole minibatch) it does not depend on micro-batching; verl
     picks per micro-batch. The authors' recipe sets clip_low = clip_high = 1.
-    Metric clip_frac = fraction of tokens picked.
+    Ties as `ppo_clip` (torch clamp, ½/½ max); on-policy dL/dlogp_t = −A_t·w_t·(1 − picked_t).
+    Metrics: clip_cov_frac = fraction of valid tokens picked (detached; verl logs it as pg_clipfrac),
+    clip_frac = mean[L2 > L1], the PPO clip fraction.
     """
     adv = _token_advantages(advantages)
     if token_stats is None:
@@ -378,11 +439,12 @@ def clip_cov(
     picked = jax.lax.stop_gradient(token_stats)
     ratio = jnp.exp(logp - old_logp)
     loss1 = -adv * ratio
-    loss2 = -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    loss2 = -adv * clip_torch_grad(ratio, 1.0 - clip_low, 1.0 + clip_high)
     token_loss = jnp.maximum(loss1, loss2) * (1.0 - picked)
     loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
     return loss, {
-        "clip_frac": masked_mean(picked, mask),
+        "clip_cov_frac": masked_mean(picked, mask),
+        "clip_frac": _frac(loss2 > loss1, mask),
         "approx_kl": _approx_kl(logp - old_logp, mask),
         **_ratio_metrics(ratio, mask),
     }
@@ -430,8 +492,11 @@ def kl_cov(
     The selection is `kl_cov_selection` (deterministic, ties go to the earlier token); given as
     `token_stats` it does not depend on micro-batching (verl selects per micro-batch). Defaults are
     verl's config (ratio 2e-4, coef 0.1); the paper/recipe use ratio 2e-3 (7B) or 2e-4 (32B) with
-    coef 1. Metric kl_cov_frac = fraction of tokens penalised; abs_kl = masked mean of |lr| (verl's
-    `ppo_kl` for this loss).
+    coef 1. Ties: |lr| has torch's gradient sign(lr) = 0 at lr = 0 (`aggregation.abs_torch_grad`), so
+    on-policy the penalty is inert and dL/dlogp_t = −A_t·w_t (verl); the top-k keeps the earlier token at
+    equal cov (torch.topk leaves the order of ties unspecified).
+    Metrics: kl_cov_frac = fraction of valid tokens penalised; abs_kl = masked mean of |lr| over valid tokens
+    (verl's `ppo_kl` for this loss); kl_cov_abs_lr = mean |lr| over the penalised tokens only (0 if none).
     """
     require("ppo_kl_coef", ppo_kl_coef, ppo_kl_coef >= 0, "must be >= 0")
     adv = _token_advantages(advantages)
@@ -445,6 +510,7 @@ def kl_cov(
     return loss, {
         "kl_cov_frac": masked_mean(picked, mask),
         "abs_kl": masked_mean(jax.lax.stop_gradient(jnp.abs(log_ratio)), mask),
+        "kl_cov_abs_lr": _selected_mean(jax.lax.stop_gradient(jnp.abs(log_ratio)), picked * mask),
         "approx_kl": _approx_kl(log_ratio, mask),
         **_ratio_metrics(ratio, mask),
     }
@@ -471,12 +537,15 @@ def gbpo(
     ```
     The ratio is regressed toward a bounded target instead of being clipped. z̃ = (s − median_g)/(σ_g +
     eps)/temperature comes from `advantages.gbpo_targets`. Defaults are the authors' TTRL scripts
-    (0.2 / 0.28). Metric clip_frac = fraction of ratios outside [1 − clip_low, 1 + clip_high].
+    (0.2 / 0.28). Ties: |x| has torch's gradient sign(x) = 0 at x = 0 (`aggregation.abs_torch_grad`), so a
+    ratio exactly at its target (on-policy ρ = 1 = ρ* when clip_low = clip_high and z̃ = 0) gets no gradient;
+    elsewhere on-policy dL/dlogp_t = sign(1 − ρ*_t)·|A_t|·w_t: −|A_t|·w_t (pushed up) when the target is above
+    1, +|A_t|·w_t when it is below. Metric clip_frac = fraction of ratios outside [1 − clip_low, 1 + clip_high].
     """
     adv = _token_advantages(advantages)
     target = 1.0 - clip_low + (clip_low + clip_high) * jax.nn.sigmoid(
         jax.lax.stop_gradient(_token_advantages(target_advantages)))
-    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    log_ratio = _clamped_log_ratio(logp, old_logp)
     ratio = jnp.exp(log_ratio)
     token_loss = abs_torch_grad((ratio - target) * jax.lax.stop_gradient(adv))
     loss = _reduce(token_loss, mask, agg_mode, agg_weights, is_weights)
@@ -504,7 +573,8 @@ def kimi(
     `L_i = −A_i·Σ_t m·logp + (τ/2)·Δ_i²`, whose gradient is the paper's
     `−(r − r̄)·∇log π + (τ/2)·∇Δ²`. Written per token as `−A·logp_t + (τ/2)·Δ_i²/n_i`, so the mean of
     L_i over sequences is "seq-mean-token-sum" (forced; `agg_mode` is ignored). τ is not published; 0.1
-    is our default.
+    is our default. No ties: on-policy Δ_i = 0 and dL/dlogp_it = −A_i·m_it/Σ_i v_i.
+    Metric seq_log_ratio_sq = mean of Δ_i² over the sequences with a valid token (what the τ-penalty acts on).
     """
     adv = _token_advantages(advantages)
     log_ratio = logp - old_logp
@@ -512,7 +582,11 @@ def kimi(
     seq_log_ratio = masked_sum(log_ratio, mask, axis=-1)[:, None]  # [N, 1]
     token_loss = -adv * logp + 0.5 * tau * jnp.square(seq_log_ratio) / jnp.maximum(tokens, 1.0)
     loss = _reduce(token_loss, mask, "seq-mean-token-sum", agg_weights, is_weights)
-    return loss, {"approx_kl": _approx_kl(log_ratio, mask)}
+    has_token = (tokens[:, 0] > 0).astype(jnp.float32)
+    return loss, {
+        "seq_log_ratio_sq": _selected_mean(jax.lax.stop_gradient(jnp.square(seq_log_ratio[:, 0])), has_token),
+        "approx_kl": _approx_kl(log_ratio, mask),
+    }
 
 
 def value_loss(
@@ -529,6 +603,9 @@ def value_loss(
 
     `v_clip = clip(v, v_old − c, v_old + c)`; `L = ½·agg(max((v − R)², (v_clip − R)²))`;
     metric vf_clip_frac = mean[(v_clip − R)² > (v − R)²].
+    Ties as verl: its `clip_by_value` is `max(min(v, hi), lo)` (not torch.clamp), so a bound splits the
+    gradient ½/½ exactly as `jnp.clip` does; at the first critic update v = v_old lies strictly inside
+    (c > 0) and the tie of the two squares splits ½/½ (torch.max), giving the plain (v − R)·w gradient.
     """
     clipped = jnp.clip(values, old_values - clip, old_values + clip)
     loss1 = jnp.square(values - returns)
@@ -617,11 +694,14 @@ def lp_reg(
     proxy_logp ≈ −∞ and are never selected. Given as `token_stats` the selection does not depend on
     micro-batching (the reference selects per micro-batch). The authors' scripts use an
     almost-unclipped PPO (clip_low = 1, clip_high = 9), ρ_neg = 1%, β = 1.
-    Metric lp_reg_frac = fraction of valid tokens selected.
+    On-policy (ρ = 1) dL/dlogp_t = −A_t·w_t on every token, plus β·(1 − π_proxy/π)_t·w_t on the selected ones
+    (k3's gradient; it vanishes only where logp = proxy_logp: the penalty legitimately acts on-policy).
+    Metrics: `ppo_clip`'s (clip_frac, clip_frac_high/low, dual_clip_frac over all valid tokens, the selected
+    ones included) and lp_reg_frac = fraction of valid tokens selected.
     """
     require("beta", beta, beta >= 0, "must be >= 0")
     adv = _token_advantages(advantages)
-    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    log_ratio = _clamped_log_ratio(logp, old_logp)
     token_loss, metrics = _ppo_token_loss(adv, log_ratio, mask, clip_low, clip_high, dual_clip)
     if token_stats is None:
         token_stats = lp_reg_selection(logp, advantages, mask, proxy_logp, rho_neg=rho_neg)
@@ -667,7 +747,10 @@ def hapo(
     far from the old policy have their advantage amplified, low-entropy ones near it damped. The
     recipes use α = β = 1, pivot 0.8; α = β = 0 is exactly `ppo_clip` (β ≤ 1 keeps the sign of A).
     Not here: HAPO's adaptive sampling temperature (a sampler change); its token-level group
-    advantage is `advantages.hapo`.
+    advantage is `advantages.hapo`. On-policy ρ = 1 lies strictly inside the neutral zone (for clip ranges
+    > 0), so dL/dlogp_t = −A_t·(1 + β·ĥ_t if ĥ_t ≤ 0 else 1)·w_t; clip ties as `ppo_clip`.
+    Metrics: `ppo_clip`'s with the per-token ranges (clip_frac_high = mean[Â > 0 and ρ > 1 + ε_hi], ...) and
+    neutral_frac = fraction of valid tokens inside the neutral zone.
     """
     require("alpha", alpha, alpha >= 0, "must be >= 0")
     require("beta", beta, 0 <= beta <= 1, "must lie in [0, 1] (larger values flip the sign of A at ĥ = −1)")
@@ -675,7 +758,7 @@ def hapo(
     score = jax.lax.stop_gradient(score)
     low = jnp.where(score <= 0, clip_low * (1.0 - alpha * score), clip_low)
     high = jnp.where(score > 0, clip_high * (1.0 + alpha * score), clip_high)
-    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    log_ratio = _clamped_log_ratio(logp, old_logp)
     ratio = jax.lax.stop_gradient(jnp.exp(log_ratio))
     adv = _token_advantages(advantages)
     adv_ent = adv * (1.0 + beta * score)
@@ -710,15 +793,16 @@ def steer(
     `L = ppo_clip_token_loss(ρ, A; clip_low, clip_high, dual_clip)·w`, `w = entropy.steer_token_weights(
     logp, old_logp, A, mask, entropy; weight_min, weight_max, mapping)` (constants; whole-minibatch weights
     when given as `token_stats`, per micro-batch in the reference). Defaults are the authors' run scripts
-    (0.2 / 0.28, c = 10, exponential mapping, w_min = 0.8, w_max = 1). Metrics: ppo_clip's plus
-    token_weight_mean / token_weight_min over valid tokens.
+    (0.2 / 0.28, c = 10, exponential mapping, w_min = 0.8, w_max = 1). Clip ties as `ppo_clip`; on-policy
+    dL/dlogp_t = −A_t·w_t·agg_t (w the STEER weight). Metrics: ppo_clip's plus token_weight_mean /
+    token_weight_min over valid tokens.
     """
     if token_stats is None:
         token_stats = steer_token_weights(logp, old_logp, advantages, mask, entropy, weight_min=weight_min,
                                           weight_max=weight_max, mapping=mapping)
     weights = jax.lax.stop_gradient(token_stats)
     adv = _token_advantages(advantages)
-    log_ratio = jnp.clip(logp - old_logp, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    log_ratio = _clamped_log_ratio(logp, old_logp)
     token_loss, metrics = _ppo_token_loss(adv, log_ratio, mask, clip_low, clip_high, dual_clip)
     metrics["token_weight_mean"] = masked_mean(weights, mask)
     metrics["token_weight_min"] = _masked_min(weights, mask)

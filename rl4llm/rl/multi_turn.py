@@ -489,6 +489,8 @@ def epo_entropy_loss(
     `α·1[H ∉ (κ_l·H̄, κ_r·H̄)]` (a `torch.where` of constants): piecewise constant in H, it has NO gradient
     and changes nothing but the logged loss. The hinge above has the same zero set and pushes the entropy
     back into the corridor; the indicator version is reported as the metric `epo/indicator_penalty`.
+    At a corridor edge (H = κ·H̄ exactly, e.g. H = 0 with κ_l = 0) the hinge has gradient 0 (relu'(0) = 0 in
+    JAX and torch), while the indicator already counts the token as outside (closed complement, as official).
     """
     require("kappa_high", kappa_high, kappa_high > kappa_low, f"must be > kappa_low={kappa_low}")
     require("alpha", alpha, alpha >= 0, "must be >= 0")

@@ -21,7 +21,9 @@ losses = compiled(eager_losses)
 #   4   −1   1.1   +1.1    +1.1                  +1.1     1.1                       +1.1
 #   5   +1   0.5   −0.5    −0.8                  −0.5     −                         −0.5
 # token-mean = (−1.1 − 1.2 + 0.8 + 3.0 + 1.1 − 0.5)/6 = 2.1/6 = 0.35
-# clip_frac = #[L2 > L1] / 6 = 2/6 (tokens 1, 2); clip_frac_lower = 1/6 (token 3)
+# clip_frac = #[L2 > L1] / 6 = 2/6 (tokens 1, 2): clip_frac_high = 1/6 (token 1: A > 0, ρ > 1.2),
+# clip_frac_low = 1/6 (token 2: A < 0, ρ < 0.8); dual_clip_frac = 1/6 (token 3); token 5 (A > 0, ρ < 0.8) is
+# outside the range on the side that does not bind: in no fraction
 RATIOS = jnp.array([[1.1, 1.5, 0.5, 4.0, 1.1, 0.5]])
 ADV = jnp.array([[1.0, 1.0, -1.0, -1.0, -1.0, 1.0]])
 MASK = jnp.ones((1, 6))
@@ -32,7 +34,9 @@ def test_ppo_clip_hand_case():
     loss, m = losses.ppo_clip(logp, jnp.zeros_like(logp), ADV, MASK)
     np.testing.assert_allclose(loss, 0.35, rtol=1e-5)
     np.testing.assert_allclose(m["clip_frac"], 2 / 6, rtol=1e-6)
-    np.testing.assert_allclose(m["clip_frac_lower"], 1 / 6, rtol=1e-6)
+    np.testing.assert_allclose(m["dual_clip_frac"], 1 / 6, rtol=1e-6)
+    np.testing.assert_allclose(m["clip_frac_high"], 1 / 6, rtol=1e-6)
+    np.testing.assert_allclose(m["clip_frac_low"], 1 / 6, rtol=1e-6)
     np.testing.assert_allclose(m["approx_kl"], -jnp.mean(jnp.log(RATIOS)), rtol=1e-5)
     np.testing.assert_allclose(m["ratio_max"], 4.0, rtol=1e-6)
     np.testing.assert_allclose(m["ratio_min"], 0.5, rtol=1e-6)
@@ -46,12 +50,13 @@ def test_dual_clip_disabled_and_clip_higher():
     # without dual clip token 3 keeps 4.0: (−1.1 − 1.2 + 0.8 + 4.0 + 1.1 − 0.5)/6 = 3.1/6
     loss, m = losses.ppo_clip(logp, jnp.zeros_like(logp), ADV, MASK, dual_clip=None)
     np.testing.assert_allclose(loss, 3.1 / 6, rtol=1e-5)
-    assert m["clip_frac_lower"] == 0.0
+    assert m["dual_clip_frac"] == 0.0
     # clip_high = 0.28: ρ = 1.25, A = +1 is inside the trust region -> L = −1.25 (−1.2 with 0.2)
     lp = jnp.log(jnp.array([[1.25]]))
-    for high, expected in ((0.28, -1.25), (0.2, -1.2)):
-        loss, _ = losses.ppo_clip(lp, jnp.zeros_like(lp), jnp.ones((1,)), jnp.ones((1, 1)), clip_high=high)
+    for high, expected, frac_high in ((0.28, -1.25, 0.0), (0.2, -1.2, 1.0)):
+        loss, m = losses.ppo_clip(lp, jnp.zeros_like(lp), jnp.ones((1,)), jnp.ones((1, 1)), clip_high=high)
         np.testing.assert_allclose(loss, expected, rtol=1e-6)
+        assert m["clip_frac_high"] == m["clip_frac"] == frac_high  # clip-higher's effect is visible here
     with pytest.raises(ValueError, match="dual_clip"):
         losses.ppo_clip(lp, lp, jnp.ones((1,)), jnp.ones((1, 1)), dual_clip=1.0)
 

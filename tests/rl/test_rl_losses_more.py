@@ -32,11 +32,35 @@ def test_gspo_sequence_ratio_and_clip():
     loss, m = fn(lp)
     np.testing.assert_allclose(loss, -1.0004, rtol=1e-6)
     assert m["clip_frac"] == 1.0
+    assert m["seq_clip_frac"] == 1.0
     np.testing.assert_allclose(m["ratio_mean"], np.exp(0.2), rtol=1e-6)
     np.testing.assert_array_equal(_grad(fn, lp), 0.0)
     # unclipped: ∂L/∂logp_it = −A·s_i·w_it, w = 1/(2 tokens)/(1 seq) = 0.5
     fn = lambda x: losses.gspo(x, old, jnp.ones((1,)), ONE, clip_low=1.0, clip_high=1.0)  # noqa: E731
     np.testing.assert_allclose(_grad(fn, lp), -0.5 * np.exp(0.2) * np.ones((1, 2)), rtol=1e-6)
+
+
+def test_gspo_seq_clip_frac_counts_sequences_on_the_binding_side():
+    # rows (A, lr per token, mask): s_i = exp(mean lr), clip 0.1 / 0.1
+    #   0: A=+1, lr [0.3, 0.3]        s = e^0.3 > 1.1       binds (high)
+    #   1: A=+1, lr [−0.3, −0.3]      s = e^−0.3 < 0.9      outside, but the A > 0 side does not bind there
+    #   2: A=−1, lr [−0.3, 9 (pad)]   s = e^−0.3 < 0.9      binds (low); the padded token is ignored
+    #   3: A=−1, lr [0.05, 0.05]      s inside               no
+    #   4: no valid token                                    not counted
+    lr = jnp.array([[0.3, 0.3], [-0.3, -0.3], [-0.3, 9.0], [0.05, 0.05], [0.0, 0.0]])
+    m = jnp.array([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    a = jnp.array([1.0, 1.0, -1.0, -1.0, 1.0])
+    _, metrics = losses.gspo(lr, jnp.zeros_like(lr), a, m, clip_low=0.1, clip_high=0.1)
+    np.testing.assert_allclose(metrics["seq_clip_frac"], 2 / 4, rtol=1e-6)
+    np.testing.assert_allclose(metrics["clip_frac"], 3 / 7, rtol=1e-6)  # tokens of rows 0 and 2
+
+
+def test_sapo_gate_mean():
+    # gate weight 4σ(1 − σ), σ = sigmoid(τ(ρ − 1)): 1 at ρ = 1; ρ = 2, τ = 1: σ = 0.7310586 -> 0.7864477
+    lr = jnp.log(jnp.array([[1.0, 2.0]]))
+    _, m = losses.sapo(lr, jnp.zeros_like(lr), jnp.ones((1,)), ONE)
+    sig = 1 / (1 + np.exp(-1.0))
+    np.testing.assert_allclose(m["gate_mean"], (1.0 + 4 * sig * (1 - sig)) / 2, rtol=1e-6)
 
 
 def test_gspo_ignores_agg_mode():
@@ -68,7 +92,8 @@ def test_cispo_truncates_weight_not_gradient():
     loss, m = fn(lp)
     np.testing.assert_allclose(loss, -(1.2 * np.log(1.5) + 0.5 * np.log(0.5)) / 2, rtol=1e-6)
     np.testing.assert_allclose(_grad(fn, lp), [[-0.6, -0.25]], rtol=1e-6)
-    np.testing.assert_allclose(m["clip_frac"], 0.5)
+    np.testing.assert_allclose(m["is_clip_frac"], 0.5)
+    np.testing.assert_allclose(m["is_weight_mean"], (1.2 + 0.5) / 2, rtol=1e-6)
 
 
 def test_reinforce_is_minus_a_logp():
@@ -87,6 +112,12 @@ def test_gmpo_hand_case():
     loss, m = fn(lp, jnp.ones((1,)))
     np.testing.assert_allclose(loss, -np.exp(0.25), rtol=1e-6)
     np.testing.assert_allclose(m["clip_frac"], 0.5)
+    np.testing.assert_allclose(m["clip_frac_high"], 0.5)
+    assert m["clip_frac_low"] == 0.0
+    # A = −1 with lr = [0.1, 0.6]: 0.6 > 0.4 is outside, but for A < 0 only lr < −0.4 binds; lr = −0.5 does
+    assert fn(lp, -jnp.ones((1,)))[1]["clip_frac"] == 0.0
+    m = fn(jnp.array([[-0.5, 0.6]]), -jnp.ones((1,)))[1]
+    np.testing.assert_allclose((m["clip_frac_low"], m["clip_frac_high"], m["clip_frac"]), (0.5, 0.0, 0.5))
     np.testing.assert_allclose(fn(lp, -jnp.ones((1,)))[0], np.exp(0.35), rtol=1e-6)
     # gradient: −e^{0.25}·½ on the unclipped token, 0 on the clipped one
     np.testing.assert_allclose(_grad(lambda x: fn(x, jnp.ones((1,))), lp), [[-np.exp(0.25) / 2, 0.0]], rtol=1e-5)
@@ -106,7 +137,8 @@ def test_clip_cov_hand_case():
     loss, metrics = fn(lp)
     # L = −A·ρ = [−3, 1, 1, 1]; token 0 is picked (n_clip = max(⌊2e-4·4⌋, 1) = 1) -> [0, 1, 1, 1] -> 0.75
     np.testing.assert_allclose(loss, 0.75, rtol=1e-6)
-    np.testing.assert_allclose(metrics["clip_frac"], 0.25)
+    np.testing.assert_allclose(metrics["clip_cov_frac"], 0.25)
+    assert metrics["clip_frac"] == 0.0  # on-policy: no PPO clipping
     np.testing.assert_allclose(_grad(fn, lp), [[0.0, 0.25, 0.25, 0.25]], rtol=1e-6)
 
 
@@ -137,6 +169,9 @@ def test_kl_cov_hand_case_and_zero_coef():
     # top-1 cov token is 0: L0 = −3·e^{0.1} + 1·0.1; others −A·1 = 1
     np.testing.assert_allclose(loss, (-3 * np.exp(0.1) + 0.1 + 3) / 4, rtol=1e-5)
     np.testing.assert_allclose(metrics["kl_cov_frac"], 0.25)
+    np.testing.assert_allclose(metrics["kl_cov_abs_lr"], 0.1, rtol=1e-5)  # |lr| of the one penalised token
+    np.testing.assert_allclose(metrics["abs_kl"], 0.1 / 4, rtol=1e-5)  # over all valid tokens
+    assert losses.kl_cov(lp, old, a, 0 * m, ppo_kl_coef=1.0)[1]["kl_cov_abs_lr"] == 0.0  # nothing selected
     plain = losses.kl_cov(lp, old, a, m, ppo_kl_coef=0.0)[0]
     np.testing.assert_allclose(plain, agg.aggregate(-a * jnp.exp(lp - old), m, "token-mean"), rtol=1e-6)
 
@@ -185,10 +220,11 @@ def test_kimi_on_policy_gradient_is_mean_baseline_reinforce():
     np.testing.assert_allclose(g, -a[:, None] * m / 2, rtol=1e-6)  # seq-mean-token-sum over 2 rows
     # off-policy value: mean_i(−A_i·Σ logp + τ/2·Δ_i²), Δ = [0.2, 0.1]
     old = lp - jnp.array([[0.1, 0.1], [0.1, 0.0]])
-    loss, _ = losses.kimi(lp, old, a, m, tau=0.5)
+    loss, metrics = losses.kimi(lp, old, a, m, tau=0.5)
     lpn = np.asarray(lp)
     expected = ((-1 * (lpn[0].sum()) + 0.25 * 0.04) + (1 * lpn[1, 0] + 0.25 * 0.01)) / 2
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
+    np.testing.assert_allclose(metrics["seq_log_ratio_sq"], (0.04 + 0.01) / 2, rtol=1e-5)
 
 
 def test_value_loss_hand_case():
@@ -249,3 +285,33 @@ def test_every_loss_is_invariant_to_micro_batching(name):
         grads.append(g)
     np.testing.assert_allclose(total, full, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(jnp.concatenate(grads), full_grad, rtol=1e-4, atol=1e-6)
+
+
+# The metric that shows each loss's mechanism acting (rl4llm/rl/README.md, "Mechanism metrics").
+MECHANISM_METRICS = {
+    "ppo_clip": ("clip_frac", "clip_frac_high", "clip_frac_low", "dual_clip_frac"),
+    "gspo": ("clip_frac", "seq_clip_frac"),
+    "sapo": ("gate_mean",),
+    "cispo": ("is_clip_frac", "is_weight_mean"),
+    "gpg": (),  # REINFORCE: no mechanism beyond the policy gradient
+    "geo_mean": ("clip_frac", "clip_frac_high", "clip_frac_low"),
+    "clip_cov": ("clip_cov_frac", "clip_frac"),
+    "kl_cov": ("kl_cov_frac", "abs_kl", "kl_cov_abs_lr"),
+    "gbpo": ("clip_frac",),
+    "kimi": ("seq_log_ratio_sq",),
+    "lp_reg": ("lp_reg_frac", "clip_frac", "clip_frac_high", "clip_frac_low", "dual_clip_frac"),
+    "hapo": ("neutral_frac", "clip_frac", "clip_frac_high", "clip_frac_low", "dual_clip_frac"),
+    "steer": ("token_weight_mean", "token_weight_min", "clip_frac", "clip_frac_high", "clip_frac_low",
+              "dual_clip_frac"),
+}
+
+
+@pytest.mark.parametrize("name", distinct_names(registry.POLICY_LOSSES))
+def test_every_loss_logs_its_mechanism_metrics(name):
+    logp, old, a, mask, extras = random_loss_batch(4)
+    fn = registry.get_policy_loss(name)
+    _, metrics = fn(logp, old, a, mask, agg_mode=registry.agg_mode_for(name, "token-mean"), **extras,
+                    **SELECTIVE_KWARGS.get(name, {}))
+    assert set(MECHANISM_METRICS[name]) <= set(metrics)
+    assert "clip_frac_lower" not in metrics  # renamed: dual_clip_frac (PPO family), clip_frac_low (GMPO)
+    assert all(np.isfinite(float(v)) for v in metrics.values())
