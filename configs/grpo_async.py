@@ -9,6 +9,9 @@ def get_config():
     every checkpoint so that resuming is exact). Decoupled PPO (AReaL): the ratio is against the params the step
     starts from, and the sampler mismatch is corrected by truncated IS min(pi_prox / pi_behav, 2) per token.
 
+    Schedule: 4 minibatch updates per rollout batch (decoupled PPO, as AReaL trains on each batch in minibatches),
+    minibatches of 4 prompts' groups; with more than one update the proximal log-probs come from a pass of the
+    params the step starts from. The result below was measured with one update per batch.
     Run:
         python -m experiments.train --config=configs/grpo_async.py --workdir=/tmp/rl4llm/grpo_async
     Result (50 RL steps from one shared SFT-450 checkpoint, default job otherwise; 2 shared CPU cores at load ~16,
@@ -21,4 +24,5 @@ def get_config():
     c.rl.async_rollouts = True
     c.rl.max_staleness = 1
     c.rl.tis_cap = 2.0
+    c.rl.num_minibatches = 4
     return c

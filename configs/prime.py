@@ -16,6 +16,8 @@ def get_config():
     64 prompts to fill the batch; groups completing it at the round bound are masked out, so the PRM and the
     policy train on in-band groups only.
 
+    Schedule: 4 minibatch updates per rollout batch (verl's ratio; PRIME's own minibatch count is not recorded
+    here), 64 prompts x 4 per step in minibatches of 16 prompts' groups.
     Run:
         python -m experiments.train --config=configs/prime.py --workdir=/tmp/rl4llm/prime
     Result: not yet recorded.
@@ -29,4 +31,5 @@ def get_config():
     c.rl.num_generations = 4
     c.prime.beta = 0.05
     c.selection.method = "accuracy_band"  # acc_low / acc_high default to PRIME's 0.2 / 0.8
+    c.rl.num_minibatches = 4
     return c

@@ -8,7 +8,8 @@ evaluation cadence and the metric keys it keeps. The script
   1. trains the warm start once (`<root>/warm_start`: the default SFT stage, seed 0, no RL),
   2. runs every (arm, seed) not finished yet in `<root>/<study>/<arm>/seed<k>`, a copy of the warm start (so every
      run starts from the same policy; the seed changes the RL data order and sampling), `--workers` at a time, each
-     in its own process (`--job=<arm>/<seed>` runs one),
+     in its own process (`--job=<arm>/<seed>` runs one), seed-major (every arm's first seed before any second seed);
+     a run another driver is running (its `<workdir>.pid` is alive) is left to it,
   3. writes `notebooks/results/<study>.jsonl` (`rl4llm.analysis.results`): one record per (arm, seed, logged
      step) with the study's keys, step 0 = the warm start's evaluation. The notebooks redraw every figure from it.
 Re-running skips finished runs and resumes interrupted ones from their checkpoints.
@@ -22,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from typing import Callable
 
 from absl import app
@@ -95,9 +97,9 @@ STUDIES = {
             # (the Clip-Cov / KL-Cov recipes' batch and schedule, the authors'); they differ only in the entropy
             # intervention, each at its paper's setting (80/20 on top of clip-higher, as the paper builds on DAPO).
             "grpo": _recipe("grpo", **_ENTROPY_BASE),
-            "clip_higher": _recipe("grpo", **_ENTROPY_BASE, rl__loss_kwargs__clip_high=0.28),
             "clip_cov": _recipe("clip_cov"),
             "kl_cov": _recipe("kl_cov"),
+            "clip_higher": _recipe("grpo", **_ENTROPY_BASE, rl__loss_kwargs__clip_high=0.28),
             "entropy_80_20": _recipe("grpo", **_ENTROPY_BASE, rl__loss_kwargs__clip_high=0.28,
                                      rl__token_selection="high_entropy"),
         },
@@ -156,6 +158,9 @@ def run_job(study_name: str, arm: str, seed: int, root: str) -> None:
 
     study = STUDIES[study_name]
     workdir = run_dir(root, study_name, arm, seed)
+    os.makedirs(os.path.dirname(workdir), exist_ok=True)
+    with open(workdir + ".pid", "w", encoding="utf-8") as f:  # other drivers leave this run alone while it lives
+        f.write(str(os.getpid()))
     if not os.path.isdir(os.path.join(workdir, "checkpoints", "sft")):
         source = warm_start_dir(root)
         shutil.copytree(os.path.join(source, "checkpoints", "sft"), os.path.join(workdir, "checkpoints", "sft"))
@@ -187,9 +192,21 @@ def collect(study_name: str, root: str, path: str) -> int:
     return results.write_results(path, records)
 
 
-def _pending(study_name: str, study: Study, root: str, arms, seeds) -> list[tuple[str, int]]:
-    return [(arm, seed) for arm in arms for seed in seeds
-            if not os.path.exists(os.path.join(run_dir(root, study_name, arm, seed), "summary.json"))]
+def _running(workdir: str) -> bool:
+    """Whether a live process (another driver's worker) holds `<workdir>.pid`."""
+    try:
+        with open(workdir + ".pid", encoding="utf-8") as f:
+            os.kill(int(f.read()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _pending(study_name: str, root: str, arms, seeds) -> list[tuple[str, int]]:
+    """(arm, seed) pairs not finished and not being run by another driver, seed-major: every arm's seed 0 first."""
+    return [(arm, seed) for seed in seeds for arm in arms
+            if not os.path.exists(os.path.join(run_dir(root, study_name, arm, seed), "summary.json"))
+            and not _running(run_dir(root, study_name, arm, seed))]
 
 
 def main(argv):
@@ -206,12 +223,14 @@ def main(argv):
         sys.exit(f"--arms: unknown {unknown}; {_STUDY.value} has {list(study.arms)}")
     seeds = [int(s) for s in _SEEDS.value] if _SEEDS.value else list(study.seeds)
     ensure_warm_start(root)
-    jobs = _pending(_STUDY.value, study, root, arms, seeds)
+    jobs = _pending(_STUDY.value, root, arms, seeds)
     print(f"{_STUDY.value}: {len(jobs)} runs to do ({study.description})", flush=True)
     running: list[subprocess.Popen] = []
+    workdirs = [run_dir(root, _STUDY.value, a, s) for a in study.arms for s in study.seeds]
     for arm, seed in jobs:
-        while len(running) >= _WORKERS.value:
-            running[0].wait()
+        # a slot is free when fewer than --workers runs live: this driver's and any other driver's (their pid files)
+        while max(len(running), sum(_running(w) for w in workdirs)) >= _WORKERS.value:
+            time.sleep(10)
             running = [p for p in running if p.poll() is None]
         log = open(os.path.join(root, f"{_STUDY.value}_{arm}_seed{seed}.log"), "w", encoding="utf-8")
         command = [sys.executable, "-m", "experiments.reproduce", f"--study={_STUDY.value}", f"--root={root}",

@@ -293,7 +293,7 @@ def test_token_selecting_losses_are_invariant_to_micro_batching(params, loss, kw
         results.append((state.params, metrics))
     (whole, m_whole), (split, m_split) = results
     assert m_whole["loss/pg"] != 0
-    for key in ("loss/pg", "entropy", "clip_frac" if loss == "clip_cov" else "token_weight_mean"):
+    for key in ("loss/pg", "entropy", "clip_cov_frac" if loss == "clip_cov" else "token_weight_mean"):
         np.testing.assert_allclose(m_split[key], m_whole[key], rtol=1e-5, atol=1e-7)
     _assert_trees_close(split, whole, rtol=1e-5, atol=1e-6)
 

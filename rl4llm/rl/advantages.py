@@ -213,6 +213,36 @@ def reinforce_plus_plus_baseline(
     return masked_whiten(centred, mask) * mask
 
 
+def dler(
+    scores: jax.Array,  # [N]
+    group_ids: jax.Array,  # [N]
+    mask: jax.Array,  # [N, T]
+    *,
+    num_groups: int,
+    eps: float = 1e-6,
+) -> jax.Array:  # [N]
+    """DLER batch-wise reward normalisation (Liu et al. 2025, "DLER: Doing Length pEnalty Right", NVlabs).
+
+    DLER replaces GRPO's per-group normalisation, whose std is unstable when a truncation penalty zeroes most
+    rewards of a group, by a batch-wise one:
+    ```
+    Â_i = s_i − μ_g            (group mean; a singleton keeps μ = 0, verl's convention)
+    A_i = (Â_i − mean_b Â) / (std_b Â + eps)   over the batch's trained sequences (rows with a valid token;
+                                                unbiased std), 0 on the other rows
+    ```
+    Provenance: the paper's text ("swap out the group-wise normalization with batch-wise normalization"); the
+    group-centred, batch-whitened form is Lite PPO's / REINFORCE++-baseline's at sequence level, which DLER builds
+    on. Unlike `reinforce_plus_plus_baseline` the statistics weigh every sequence once, whatever its length.
+    """
+    scores = _float(scores)
+    rows = (jnp.sum(mask, axis=-1) > 0).astype(scores.dtype)  # [N]
+    centred = scores - _verl_group_mean(scores, group_ids, num_groups)
+    n = jnp.maximum(jnp.sum(rows), 1.0)
+    mean = jnp.sum(centred * rows) / n
+    var = jnp.sum(jnp.square(centred - mean) * rows) / jnp.maximum(n - 1.0, 1.0)
+    return (centred - mean) / (jnp.sqrt(var) + eps) * rows
+
+
 def remax(
     rewards: jax.Array,  # [N, T]
     baseline_scores: jax.Array,  # [N] reward of the greedy response to the same prompt

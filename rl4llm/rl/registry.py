@@ -70,6 +70,7 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "rloo": advantages.rloo,
     "reinforce_plus_plus": advantages.reinforce_plus_plus,
     "reinforce_plus_plus_baseline": advantages.reinforce_plus_plus_baseline,
+    "dler": advantages.dler,
     "remax": advantages.remax,
     "opo": advantages.opo,
     "gpg": advantages.gpg,

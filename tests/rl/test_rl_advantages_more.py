@@ -148,6 +148,19 @@ def test_lite_ppo_one_group_equals_grpo_and_uses_batch_std():
     np.testing.assert_allclose(a, np.array([0, 0, -1, 1]) / (np.sqrt(2 / 3) + 1e-6), rtol=1e-6)
 
 
+def test_dler_batch_normalisation_hand_case():
+    # groups [1, 1] -> centred [0, 0]; [0, 2] -> [-1, 1]; a third group's rows are masked out (not trained on)
+    s = jnp.array([1.0, 1.0, 0.0, 2.0, 5.0, 9.0])
+    g = jnp.array([0, 0, 1, 1, 2, 2])
+    mask = jnp.ones((6, 3)).at[4:].set(0.0)
+    # trained rows' centred values [0, 0, -1, 1]: mean 0, unbiased std sqrt(2/3)
+    a = adv.dler(s, g, mask, num_groups=3)
+    np.testing.assert_allclose(a, np.array([0, 0, -1, 1, 0, 0]) / (np.sqrt(2 / 3) + 1e-6), rtol=1e-6)
+    # every trained sequence counts once, whatever its length (reinforce_plus_plus_baseline weighs tokens)
+    ragged = mask.at[0, 1:].set(0.0)
+    np.testing.assert_allclose(adv.dler(s, g, ragged, num_groups=3), a, rtol=1e-6)
+
+
 def test_bnpo_special_cases():
     s = jnp.array([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
     g = jnp.repeat(jnp.arange(3), 4)  # p = 0.5, 0.75, 0.25
