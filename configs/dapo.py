@@ -2,8 +2,8 @@
 
 from configs import default
 
-# DAPO's minibatch updates per rollout batch: 512 prompts per step, minibatches of 32 prompts -> 16 updates.
-UPDATES_PER_BATCH = 16
+# Minibatch updates per rollout batch (DAPO: 16; here 4, see the docstring).
+UPDATES_PER_BATCH = 4
 
 
 def get_config():
@@ -20,10 +20,13 @@ def get_config():
       correct worked answer of this task is 31 tokens with its stop token (negative intermediate sums, e.g.
       "0-7=-7;-7-4=-11;-11-7=-18;#-18"), so only responses longer than 32 tokens, none of them correct, are punished.
     - No KL penalty, no entropy bonus; GRPO group-normalised advantages, G = 16.
-    Schedule: the paper takes 16 minibatch updates per rollout batch (512 prompts, minibatch 32 prompts, lr 1e-6,
-    AdamW wd 0.1); here 16 prompts per step in 16 minibatches of 1 prompt's group (16 sequences), lr 1e-4 (the
-    default job's: our 1M-parameter model from its SFT warm start, not a 32B base). Rewards are 0/1 (the paper's
-    are ±1; group normalisation removes the difference except against the overlong term).
+    Schedule: the paper takes 16 minibatch updates per rollout batch (512 prompts x 16, minibatches of 32 prompts =
+    512 sequences, lr 1e-6, AdamW wd 0.1). Our step has 16 prompts x 16 = 256 sequences, so 16 updates would be
+    minibatches of 16 sequences; minibatches that small learned nothing at lr 1e-4 (measured with 8 updates of 16
+    sequences per step: held-out greedy 0.445 -> 0.44 / 0.45 after 70-80 GRPO steps, 2 seeds). This recipe keeps the
+    minibatch at a size that learns: 4 updates of 64 sequences (4 prompts' groups), lr 1e-4 (the default job's: our
+    1M-parameter model from its SFT warm start, not a 32B base). Rewards are 0/1 (the paper's are ±1; group
+    normalisation removes the difference except against the overlong term).
     The ablation ladder of the paper's Table 1 (each component added in turn) is configs/dapo_ladder.py.
 
     Run:

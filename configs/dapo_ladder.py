@@ -10,8 +10,8 @@ def get_config(rung: str = "dapo"):
     """One rung of the ladder, named by the component it adds (each rung has every earlier one):
 
     grpo         GRPO: group-normalised advantages, PPO-clip ε = 0.2 (dual-clip c = 10), the per-sequence token
-                 mean (`seq-mean-token-mean`, 1/G Σ_i 1/|o_i| Σ_t), no KL, DAPO's schedule (16 minibatch updates
-                 per rollout batch), batch (16 prompts x 16) and response budget (40 tokens)
+                 mean (`seq-mean-token-mean`, 1/G Σ_i 1/|o_i| Σ_t), no KL, configs/dapo.py's schedule (4 minibatch
+                 updates per rollout batch), batch (16 prompts x 16) and response budget (40 tokens)
     clip_higher  + ε_high = 0.28
     overlong     + soft overlong punishment (L_max = 40, L_cache = 8; configs/dapo.py)
     token_loss   + token-level loss (`token-mean`, 1/Σ|o_i| Σ_i Σ_t)

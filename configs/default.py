@@ -129,7 +129,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl.max_staleness = 1  # async: most RL steps between the params that generated a batch and those learning on it
     # Optimizer updates per rollout batch: ppo_epochs x num_minibatches. The main job takes ONE on-policy update (ratio 1
     # at every token: the PPO clip never binds and the gradient is REINFORCE's with GRPO advantages); the recipes take
-    # their papers' schedules (e.g. configs/grpo.py 4, configs/dapo.py 16), where old log-probs come from a behaviour pass.
+    # their papers' schedules (e.g. configs/grpo.py and configs/dapo.py: 4), where old log-probs come from a behaviour pass.
     c.rl.ppo_epochs = 1
     c.rl.num_minibatches = 1
     c.rl.micro_batch_size = 0  # 0: the whole minibatch at once; else gradient accumulation

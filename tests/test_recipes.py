@@ -74,8 +74,10 @@ def _parity_reward(completion: str, answer: str) -> float:
 def shrink(config):
     """The recipe's method on the tiny job of tests/test_train.py (same task, model and SFT stage)."""
     tiny = tiny_config()
+    shaping = (config.task.length_shaping, config.task.length_shaping_kwargs)  # the recipe's reward shaping stays
     for section in ("task", "model", "sampling", "sft", "eval", "checkpoint"):
         config[section] = tiny[section]
+    config.task.length_shaping, config.task.length_shaping_kwargs = shaping
     config.log_every = tiny.log_every
     config.rl.steps = RL_STEPS
     config.rl.num_prompts = tiny.rl.num_prompts
