@@ -14,6 +14,7 @@ def get_config():
     at lr 1e-4 (measured, GRPO, 2 seeds: held-out greedy 0.445 -> 0.44 / 0.45 after 70-80 steps), so the minibatch
     keeps a size that learns rather than the update count. The covariance selection is over each minibatch's tokens
     (verl: each micro-batch's).
+
     Run:
         python -m experiments.train --config=configs/clip_cov.py --workdir=/tmp/rl4llm/clip_cov
     Result: not yet recorded.

@@ -8,12 +8,9 @@ def get_config():
     Cov(log π, A); β = 1 (the authors' 7B recipe; verl's config defaults are 2e-4 / 0.1). GRPO advantages,
     token-mean, no KL to a reference, no entropy bonus.
 
-    Schedule: the authors' verl recipe (recipe/entropy: 256 prompts x 8 responses per step, minibatches of 32 prompts,
-    i.e. 256 sequences) takes 8 updates per rollout batch. Here 16 prompts x 16 per step in 4 minibatch updates of
-    64 sequences, old log-probs from a behaviour pass: 8 minibatches of 16 sequences (16 prompts x 8) learned nothing
-    at lr 1e-4 (measured, GRPO, 2 seeds: held-out greedy 0.445 -> 0.44 / 0.45 after 70-80 steps), so the minibatch
-    keeps a size that learns rather than the update count. The covariance selection is over each minibatch's tokens
-    (verl: each micro-batch's).
+    Schedule: configs/clip_cov.py's (the authors take 8 updates of 256 sequences per rollout batch; here 4 of 64,
+    see there why). The covariance selection is over each minibatch's tokens (verl: each micro-batch's).
+
     Run:
         python -m experiments.train --config=configs/kl_cov.py --workdir=/tmp/rl4llm/kl_cov
     Result: not yet recorded.
