@@ -11,7 +11,8 @@ def get_config():
 
     - Clip-higher: PPO-clip with ε_low = 0.2, ε_high = 0.28; dual-clip c = 10 for A < 0 (verl DAPO scripts).
     - Token-level policy-gradient loss: token-mean, 1/Σ|o_i| Σ_i Σ_t (`rl.agg_mode="token-mean"`).
-    - Dynamic sampling: groups whose G rewards are all equal are dropped and the step refills with fresh prompts,
+    - Dynamic sampling: groups whose G rollouts are all correct or all wrong are dropped (the filter reads the
+      correctness reward, not the shaped one: verl's filter_groups.metric=acc) and the step refills with fresh prompts,
       up to `selection.max_gen_rounds` = 4 generation rounds of 16 prompts (verl's max_num_gen_batches: 10); groups
       still missing at the bound are masked out of the loss, never trained on.
     - Overlong reward shaping: the soft overlong punishment `clip(−(|y| − (L_max − L_cache)) / L_cache, −1, 0)`

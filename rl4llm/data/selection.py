@@ -4,7 +4,9 @@ Methods (``config.selection.method``; formulas from ``shared/papers/rewards_and_
 ``entropy_and_general_rl.md`` #8):
 
 * ``uniform``: the task's training stream (``train_examples(step, B)``), as without selection.
-* ``dynamic_sampling`` (DAPO, Yu et al. 2025): drop groups whose G rewards are all equal (zero GRPO advantage),
+* ``dynamic_sampling`` (DAPO, Yu et al. 2025): drop groups whose G main (verifiable) rewards are all equal --
+  accuracy 0 or 1 for 0/1 rewards; the paper's filter and verl's ``filter_groups.metric=acc``, so reward shaping
+  such as the overlong punishment does not keep an all-correct group --
   generate further rounds of B fresh prompts and refill to B groups, at most ``max_gen_rounds`` rounds
   (verl ``max_num_gen_batches``) -- :func:`keep_nonuniform_groups`, :func:`choose_groups`.
 * ``accuracy_band`` (PRIME, Cui et al. 2025): the same refill loop, keeping groups with
@@ -107,8 +109,9 @@ def build_pool(source, size: int, *, draw_step: int) -> list:
 
 
 def keep_nonuniform_groups(scores: np.ndarray) -> np.ndarray:  # [B, G] -> [B] bool
-    """DAPO dynamic sampling: keep a group iff its rewards are not all equal (``std > 0``), i.e. it has a non-zero
-    group-relative advantage (``0 < #correct < G`` for 0/1 rewards)."""
+    """Keep a group iff its scores are not all equal (``std > 0``). On the main reward: DAPO dynamic sampling
+    (``0 < #correct < G`` for 0/1 rewards); on the trained rewards: the groups with a non-zero group-relative
+    advantage (DOTS replay)."""
     scores = np.asarray(scores)
     return scores.max(axis=1) > scores.min(axis=1)
 

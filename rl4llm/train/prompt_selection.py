@@ -210,8 +210,8 @@ class Selector:
             for k, v in round_metrics.items():  # hint counts add up over rounds; reward metrics: the last round's
                 metrics[k] = metrics.get(k, 0.0) + v if k.startswith("selection/") else v
             rounds.append(rows)
-            if self.method == "dynamic_sampling":
-                masks.append(selection_lib.keep_nonuniform_groups(rows.scores.reshape(b, g)))
+            if self.method == "dynamic_sampling":  # DAPO filters on accuracy (verl filter_groups.metric=acc)
+                masks.append(selection_lib.keep_nonuniform_groups(rows.main.reshape(b, g)))
             else:
                 masks.append(selection_lib.keep_accuracy_band(
                     np.clip(rows.main.reshape(b, g), 0, 1), self.sel.acc_low, self.sel.acc_high))
