@@ -343,7 +343,8 @@ def test_control_fields_are_validated_by_name(rl, message):
 
 @pytest.mark.parametrize(
     "advantage,loss",
-    [("remax", "ppo_clip"), ("gbpo", "gbpo"), ("grpo", "lp_reg"), ("rloo", "hapo"), ("hapo", "hapo"), ("bnpo", "steer")],
+    [("remax", "ppo_clip"), ("gbpo", "gbpo"), ("grpo", "lp_reg"), ("rloo", "hapo"), ("hapo", "hapo"), ("bnpo", "steer"),
+     ("canon", "ppo_clip")],
 )
 def test_methods_whose_inputs_the_loop_now_provides_are_accepted(advantage, loss):
     config_validation.validate(_rl_config(advantage=advantage, loss=loss))

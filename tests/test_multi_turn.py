@@ -354,7 +354,8 @@ AGENT_RECIPES = ("agent_guess_number", "agent_kg_search")  # test_recipes checks
 
 
 def test_kg_search_recipe_runs_an_rl_step_with_turn_rewards(tmp_path):
-    """configs/agent_kg_search.py on the nano model: one SFT step, one MT-GRPO step, a held-out evaluation."""
+    """configs/agent_kg_search.py on the nano model: one SFT step, one MT-GRPO step on G-RA gated turn rewards,
+    a held-out evaluation."""
     from configs import agent_kg_search
     from rl4llm.train import agent_trainer
     from rl4llm.train import metrics as metrics_lib
@@ -366,10 +367,35 @@ def test_kg_search_recipe_runs_an_rl_step_with_turn_rewards(tmp_path):
     c.sft.steps, c.sft.batch_size, c.sft.warmup_steps = 1, 2, 0
     c.rl.steps, c.rl.num_prompts, c.rl.num_generations = 1, 2, 2
     c.eval.every, c.log_every, c.checkpoint.every = 1, 1, 1
+    c.agent.gated_rewards = True
     summary = agent_trainer.run(c, str(tmp_path))
     (record,) = metrics_lib.read_metrics(str(tmp_path), "rl")
     assert summary["rl_steps"] == 1 and np.isfinite(record["loss/pg"])
-    assert {"eval/success", "eval/valid_action", "num_turns"} <= set(record)
+    assert {"eval/success", "eval/valid_action", "num_turns", "g_ra/gate_open_frac"} <= set(record)
+
+
+@pytest.mark.parametrize("advantage", ["mt_grpo", "grpo"])
+def test_gated_rewards_by_hand(advantage):
+    """G-RA (δ = 1): the turn rewards of the trajectory whose outcome is below the gate are zeroed; a turn-level
+    estimator gets them per turn, a trajectory-level one the score outcome + Σ gated turn rewards."""
+    from rl4llm.train import agent_trainer
+
+    c = agent_config(advantage=advantage)
+    c.agent.gated_rewards = True
+    outcome = np.array([1.0, 0.0])
+    turn_rewards = np.array([[0.5, 0.25, 0.0], [1.0, 1.0, 0.0]])
+    valid = np.array([[True, True, False], [True, True, False]])
+    scores, turns, metrics = agent_trainer.gate_turn_rewards(c, outcome, turn_rewards, valid)
+    if advantage == "mt_grpo":
+        np.testing.assert_allclose(scores, [1.0, 0.0])
+        np.testing.assert_allclose(turns, [[0.5, 0.25, 0.0], [0.0, 0.0, 0.0]])
+    else:
+        np.testing.assert_allclose(scores, [1.75, 0.0])
+        np.testing.assert_allclose(turns, turn_rewards)
+    assert metrics == {"g_ra/gate_open_frac": 0.5, "g_ra/gated_turn_reward": 0.75 / 4}
+    c.agent.gated_rewards = False
+    scores, turns, metrics = agent_trainer.gate_turn_rewards(c, outcome, turn_rewards, valid)
+    assert scores is outcome and turns is turn_rewards and metrics == {}
 
 
 def test_agent_config_errors_name_the_field():
@@ -386,3 +412,8 @@ def test_agent_config_errors_name_the_field():
         assert field in message, field
     for advantage in ("grpo", "mt_grpo", "igpo", "gtpo"):
         config_validation.validate(agent_config(advantage=advantage))
+    # inputs only the single-turn loop computes: ReMax's greedy baseline, PRIME's process rewards, CANON's entropies
+    for advantage, needs in (("remax", "baseline_scores"), ("prime", "process_rewards"), ("canon", "seq_metric")):
+        with pytest.raises(config_validation.ConfigError, match=f"config.rl.advantage='{advantage}': needs {needs}, "
+                                                                 "which the agent loop does not provide"):
+            config_validation.validate(agent_config(advantage=advantage))

@@ -375,3 +375,15 @@ def test_reward_rises_in_a_short_run(tmp_path, monkeypatch):
     rewards_by_step = [r["reward"] for r in metrics_lib.read_metrics(str(tmp_path / "run"), "rl")]
     first, last = np.mean(rewards_by_step[:5]), np.mean(rewards_by_step[-5:])
     assert last > first + 0.2, rewards_by_step
+
+
+def test_canon_runs_from_its_config_on_each_responses_mean_entropy(tmp_path, monkeypatch):
+    """CANON (`rl.advantage="canon"`) splits each group by the responses' mean token entropy, which the loop's
+    behaviour pass supplies as `seq_metric`; with mixed rewards its advantages reach the loss."""
+    monkeypatch.setitem(rewards.REWARDS, "answer_is_even", _answer_is_even)
+    config = tiny_config(steps=1, advantage="canon")
+    config.task.reward = "answer_is_even"
+    assert trainer.needs_behaviour_pass(config)
+    trainer.run(config, str(tmp_path / "run"))
+    (record,) = metrics_lib.read_metrics(str(tmp_path / "run"), "rl")
+    assert np.isfinite(record["loss/pg"]) and record["useful_frac"] > 0, record

@@ -27,6 +27,11 @@ def agent_defaults() -> ml_collections.ConfigDict:
     c.record_bucket = 32  # learner sequence lengths are multiples of this (few compiled shapes)
     c.turn_reward = "valid_action:1"  # "component:weight,...": the turn reward R^T_k of turn-level estimators
     c.outcome_reward = "correct:1"  # "component:weight,...": the trajectory score R^O (env.outcome() keys)
+    # G-RA gated reward accumulation (Sun et al. 2025): turn rewards count only in trajectories whose outcome score
+    # reaches reward_gate (δ); turn-level estimators get the gated turn rewards, trajectory-level ones the score
+    # outcome + Σ gated turn rewards (train.agent_trainer.gate_turn_rewards).
+    c.gated_rewards = False
+    c.reward_gate = 1.0  # δ
     c.expert_noise = 0.0  # SFT: probability that a turn is the exploration policy's (kept in context, no loss)
     c.sft_observation_weight = 0.0  # SFT: loss weight of the observation tokens (auxiliary next-observation loss)
     c.answer_template = "<answer>{}</answer>"  # IGPO: the teacher-forced ground-truth action ({} = the answer)
@@ -113,9 +118,6 @@ def agent_config_errors(config) -> list[str]:
     if "selection" in config and config.selection.method != "uniform":
         errors.append(f"config.selection.method={config.selection.method!r}: agent runs draw tasks uniformly; "
                       "set it to 'uniform'")
-    if config.rl.advantage == "prime":
-        errors.append(f"config.rl.advantage={config.rl.advantage!r}: PRIME's implicit PRM is not wired into the agent "
-                      "loop yet; use grpo, mt_grpo, igpo, gtpo, or a critic: bilevel_gae, gae")
     if agent.env not in envs_lib.ENVS:
         return errors + [f"config.agent.env={agent.env!r}: unknown env; known: {', '.join(sorted(envs_lib.ENVS))}"]
     try:  # the env's own checks name the field (config.agent.<env>.<knob>)

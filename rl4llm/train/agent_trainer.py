@@ -317,6 +317,24 @@ def branching_metrics(traj: multi_turn.Trajectories, initial_rollouts: int, num_
     return {"arpo/branches": float(branches), "arpo/fresh": float(fresh), "arpo/unstarted": float(unstarted)}
 
 
+def gate_turn_rewards(config, outcome: np.ndarray, turn_rewards: np.ndarray, turn_valid: np.ndarray):
+    """(trajectory scores [B], turn rewards [B, K], metrics): G-RA gated reward accumulation when
+    `config.agent.gated_rewards` (Sun et al. 2025; `rl.multi_turn.gated_reward_accumulation`, δ =
+    `config.agent.reward_gate`): the turn rewards count only in trajectories whose outcome reaches δ. A turn-level
+    estimator (one that reads `turn_rewards`) gets the gated turn rewards; a trajectory-level one scores
+    R = outcome + Σ_k gated turn rewards. Otherwise the outcome and the turn rewards as they are."""
+    if not config.agent.gated_rewards:
+        return outcome, turn_rewards, {}
+    gated, total = turn_kernels.gated_reward_accumulation(outcome, turn_rewards, turn_valid,
+                                                          threshold=config.agent.reward_gate)
+    gated, total = np.asarray(gated), np.asarray(total)
+    metrics = {"g_ra/gate_open_frac": float(np.mean(outcome >= config.agent.reward_gate)),
+               "g_ra/gated_turn_reward": float(gated.sum() / max(turn_valid.sum(), 1))}
+    if "turn_rewards" in registry.advantage_inputs(config.rl.advantage):
+        return outcome, gated, metrics
+    return total, turn_rewards, metrics
+
+
 def collect_agent_rollouts(config, setup: AgentSetup, state, step: int) -> trainer.RolloutBatch:
     """The learner's inputs of agent RL step `step` (a pure function of the state and step; reads the state).
     With a critic (`critic_lib.uses_critic`): its values of the record (`record_values`) go to the estimator with the
@@ -328,8 +346,9 @@ def collect_agent_rollouts(config, setup: AgentSetup, state, step: int) -> train
     traj = run_episodes(setup, state.params, tasks, rl.num_generations, step * rl.num_prompts, step_key,
                         setup.rollout_cfg, setup.branching)
     host = jax.device_get(traj)
-    scores = weighted(host.outcome, setup.outcome_weights)  # [B]
+    outcome = weighted(host.outcome, setup.outcome_weights)  # [B]
     turn_rewards = weighted(host.turn_reward, setup.turn_weights) * host.turn_valid  # [B, K]
+    scores, turn_rewards, gate_metrics = gate_turn_rewards(config, outcome, turn_rewards, host.turn_valid)
     inputs = dict(turn_rewards=jnp.asarray(turn_rewards), turn_id=traj.turn_id, turn_end=traj.turn_end,
                   turn_valid=traj.turn_valid)
     if "gt_logprobs" in registry.advantage_inputs(rl.advantage):
@@ -347,9 +366,10 @@ def collect_agent_rollouts(config, setup: AgentSetup, state, step: int) -> train
     if trainer.several_updates_per_step(config):  # PPO "old" log-probs of the rollout policy, by the learner
         logp, _ = setup.logprob_fn(state.params, traj.tokens, traj.attention_mask, completion_len=traj.tokens.shape[1] - 1)
         old_logp = jnp.pad(logp, ((0, 0), (1, 0)))
-    grouped = scores.reshape(rl.num_prompts, rl.num_generations)
+    grouped = outcome.reshape(rl.num_prompts, rl.num_generations)
     host_metrics = {
         **episode_metrics(episode_arrays(host)),
+        **gate_metrics,
         "reward": float(scores.mean()),
         "reward_std": float(scores.std()),
         "generated_tokens": float(host.loss_mask.sum()),

@@ -34,11 +34,16 @@ from rl4llm.train import learner
 
 # Standard inputs the training loop passes to advantage estimators (baseline_scores: ReMax's greedy rollout;
 # values: the critic's, for estimators in registry.RETURNS_VALUE_TARGETS; process_rewards: PRIME's implicit PRM;
-# reward_components: the reward pipeline's [N, K], when `uses_reward_components`).
+# reward_components: the reward pipeline's [N, K], when `uses_reward_components`; seq_metric: CANON's split metric,
+# each response's mean token entropy under the rollout policy).
 PROVIDED_ADVANTAGE_INPUTS = (
     "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values", "baseline_scores", "process_rewards",
-    "reward_components",
+    "reward_components", "seq_metric",
 )
+# Those the agent loop (train.agent_trainer) passes: the outcome, the critic's values and the multi-turn layout.
+AGENT_PROVIDED_ADVANTAGE_INPUTS = (
+    "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values",
+) + agent_config.AGENT_ADVANTAGE_INPUTS
 
 
 class ConfigError(ValueError):
@@ -176,7 +181,7 @@ def _get(config, path):
     return node
 
 
-def _check_inputs_provided(errors, path, name, fn, standard_inputs, provided):
+def _check_inputs_provided(errors, path, name, fn, standard_inputs, provided, loop="training loop"):
     """A method whose signature requires a standard input the trainer does not pass cannot run."""
     params = inspect.signature(fn).parameters
     missing = [
@@ -184,7 +189,7 @@ def _check_inputs_provided(errors, path, name, fn, standard_inputs, provided):
     ]
     if missing:
         errors.append(
-            f"config.{path}={name!r}: needs {', '.join(missing)}, which the training loop does not provide yet; "
+            f"config.{path}={name!r}: needs {', '.join(missing)}, which the {loop} does not provide yet; "
             "pick another method (rl4llm/rl/registry.py)"
         )
 
@@ -203,7 +208,7 @@ def _abstract_inputs(names) -> dict:
     n, t = 4, 3
     arrays = {
         "scores": (n,), "mask": (n, t), "lengths": (n,), "rewards": (n, t), "values": (n, t), "baseline_scores": (n,),
-        "process_rewards": (n, t), "reward_components": (n, 2),
+        "process_rewards": (n, t), "reward_components": (n, 2), "seq_metric": (n,),
         "logp": (n, t), "old_logp": (n, t), "advantages": (n,), "entropy": (n, t), "proxy_logp": (n, t),
         "target_advantages": (n,),
     }
@@ -234,17 +239,14 @@ def _method_errors(config) -> list[str]:
     rl = config.rl
     _check_choice(errors, config, "rl.advantage", registry.ADVANTAGES)
     _check_choice(errors, config, "rl.loss", registry.POLICY_LOSSES)
-    # The agent loop (train.agent_trainer) also provides the multi-turn layout.
-    provided = PROVIDED_ADVANTAGE_INPUTS + (
-        agent_config.AGENT_ADVANTAGE_INPUTS if agent_config.is_agent_config(config) else ()
-    )
+    agent = agent_config.is_agent_config(config)
+    provided = AGENT_PROVIDED_ADVANTAGE_INPUTS if agent else PROVIDED_ADVANTAGE_INPUTS
     if rl.advantage in registry.ADVANTAGES:
         fn = _unwrap(registry.ADVANTAGES[rl.advantage])
         before = len(errors)
         _check_kwargs(errors, "rl.advantage_kwargs", fn, set_kwargs(rl.advantage_kwargs), registry.ADVANTAGE_INPUTS)
-        _check_inputs_provided(
-            errors, "rl.advantage", rl.advantage, fn, registry.ADVANTAGE_INPUTS, provided
-        )
+        _check_inputs_provided(errors, "rl.advantage", rl.advantage, fn, registry.ADVANTAGE_INPUTS, provided,
+                               "agent loop" if agent else "training loop")
         if len(errors) == before:
             static = {"num_groups": 2, **set_kwargs(rl.advantage_kwargs)}
             adapter = registry.get_advantage(rl.advantage)

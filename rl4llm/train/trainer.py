@@ -326,7 +326,7 @@ def _advantages(scores, group_ids, mask, *, name: str, num_groups: int, kwargs: 
     targets (returns [N, T] of estimators in `registry.RETURNS_VALUE_TARGETS`, else None).
 
     `inputs`: optional standard inputs (rewards [N, T], values [N, T], baseline_scores [N], reward_components
-    [N, K], process_rewards [N, T]) for estimators that declare them.
+    [N, K], process_rewards [N, T], seq_metric [N]) for estimators that declare them.
     """
     out = registry.get_advantage(name)(scores, group_ids, mask, num_groups=num_groups, **inputs, **dict(kwargs))
     adv, returns = out if name in registry.RETURNS_VALUE_TARGETS else (out, None)
@@ -453,13 +453,14 @@ class RLPrograms:
 def needs_behaviour_pass(config) -> bool:
     """Whether an RL step needs a forward pass of the rollout policy before learning: old log-probs
     (several updates per step), entropies (forking-token mask), Lp-Reg proxy log-probs, or the
-    log-probs of the KL-in-reward penalty."""
+    log-probs of the KL-in-reward penalty, or the responses' mean token entropies (CANON's `seq_metric`)."""
     rl = config.rl
     return (
         several_updates_per_step(config)
         or rl.token_selection == "high_entropy"
         or "proxy_logp" in registry.policy_loss_inputs(rl.loss)
         or rl.kl_in_reward
+        or "seq_metric" in registry.advantage_inputs(rl.advantage)
     )
 
 
@@ -552,6 +553,8 @@ def collect_rollouts(config, setup: Setup, programs: RLPrograms, state, step: in
         adv_scores = jnp.sum(rewards, axis=-1)  # verl: outcome estimators use Σ_t token rewards
         extra_inputs["rewards"] = rewards
         host_metrics["kl"] = current_kl
+    if "seq_metric" in advantage_inputs:  # CANON: each response's mean token entropy under the rollout policy
+        extra_inputs["seq_metric"] = jnp.sum(behaviour[1] * mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
     if programs.values_fn is not None:  # PPO: the rollout's values, once per step
         extra_inputs["values"] = programs.values_fn(state.critic.params, state.params, tokens, attention_mask)
     prm_batch = None

@@ -1,0 +1,48 @@
+"""Every registered method can be named in a config: each advantage estimator, policy loss (with its token
+statistics) and length shaper passes config validation in the loop that provides its inputs -- the single-turn
+main job, or the agent loop for the turn-level estimators -- so no kernel is rejected for an input the trainer does
+not supply. Validation traces the method on the loop's inputs (`config_validation._check_values`), so the kernel
+is also called with the config's hyper-parameters."""
+
+import inspect
+
+import pytest
+
+from configs import default
+from rl4llm.rewards import length as length_lib
+from rl4llm.rl import registry
+from rl4llm.train import agent_config as agent_config_lib
+from rl4llm.train import config_validation
+from tests.test_multi_turn import agent_config
+
+
+def _required_inputs(fn) -> set:
+    fn = fn.func if hasattr(fn, "func") else fn
+    params = inspect.signature(fn).parameters
+    return {p for p in params if p in registry.ADVANTAGE_INPUTS and params[p].default is inspect.Parameter.empty}
+
+
+@pytest.mark.parametrize("name", sorted(registry.ADVANTAGES))
+def test_every_advantage_estimator_is_accepted_by_the_loop_that_feeds_it(name):
+    agent = bool(_required_inputs(registry.ADVANTAGES[name]) & set(agent_config_lib.AGENT_ADVANTAGE_INPUTS))
+    config = agent_config(advantage=name) if agent else default.get_config()
+    config.rl.advantage = name
+    if name == "gbpo":  # GBPO's weights need its loss (the targets come with it)
+        config.rl.loss = "gbpo"
+    if name == "gdpo":  # GDPO normalises each reward component: it needs a second one
+        config.task.extra_rewards = "format_think_answer:0.5"
+    config_validation.validate(config)
+
+
+@pytest.mark.parametrize("name", sorted(registry.POLICY_LOSSES))
+def test_every_policy_loss_is_accepted_by_the_main_job(name):
+    config = default.get_config()
+    config.rl.loss = name
+    config_validation.validate(config)
+
+
+@pytest.mark.parametrize("name", sorted(length_lib.LENGTH_SHAPING))
+def test_every_length_shaper_is_accepted_by_the_main_job(name):
+    config = default.get_config()
+    config.task.length_shaping = name
+    config_validation.validate(config)
