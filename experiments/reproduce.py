@@ -102,6 +102,10 @@ STUDIES = {
             "clip_higher": _recipe("grpo", **_ENTROPY_BASE, rl__loss_kwargs__clip_high=0.28),
             "entropy_80_20": _recipe("grpo", **_ENTROPY_BASE, rl__loss_kwargs__clip_high=0.28,
                                      rl__token_selection="high_entropy"),
+            # sensitivity: 10x the paper's token fractions (one minibatch of 64 sequences has ~1,500 tokens, so the
+            # paper's fractions act on ~1 and ~3 tokens per update)
+            "clip_cov_x10": _recipe("clip_cov", rl__loss_kwargs__clip_cov_ratio=2e-3),
+            "kl_cov_x10": _recipe("kl_cov", rl__loss_kwargs__kl_cov_ratio=2e-2),
         },
         seeds=(0, 1, 2),
         rl_steps=100,
@@ -158,9 +162,6 @@ def run_job(study_name: str, arm: str, seed: int, root: str) -> None:
 
     study = STUDIES[study_name]
     workdir = run_dir(root, study_name, arm, seed)
-    os.makedirs(os.path.dirname(workdir), exist_ok=True)
-    with open(workdir + ".pid", "w", encoding="utf-8") as f:  # other drivers leave this run alone while it lives
-        f.write(str(os.getpid()))
     if not os.path.isdir(os.path.join(workdir, "checkpoints", "sft")):
         source = warm_start_dir(root)
         shutil.copytree(os.path.join(source, "checkpoints", "sft"), os.path.join(workdir, "checkpoints", "sft"))
@@ -232,10 +233,16 @@ def main(argv):
         while max(len(running), sum(_running(w) for w in workdirs)) >= _WORKERS.value:
             time.sleep(10)
             running = [p for p in running if p.poll() is None]
+        if (arm, seed) not in _pending(_STUDY.value, root, [arm], [seed]):  # another driver took it meanwhile
+            continue
         log = open(os.path.join(root, f"{_STUDY.value}_{arm}_seed{seed}.log"), "w", encoding="utf-8")
         command = [sys.executable, "-m", "experiments.reproduce", f"--study={_STUDY.value}", f"--root={root}",
                    f"--job={arm}/{seed}"]
         running.append(subprocess.Popen(command, cwd=_REPO, stdout=log, stderr=subprocess.STDOUT))
+        workdir = run_dir(root, _STUDY.value, arm, seed)
+        os.makedirs(os.path.dirname(workdir), exist_ok=True)
+        with open(workdir + ".pid", "w", encoding="utf-8") as f:  # other drivers leave this run alone while it lives
+            f.write(str(running[-1].pid))
         print(f"started {arm} seed {seed}", flush=True)
     failed = [p.args[-1] for p in running if p.wait() != 0]
     path = _RESULTS.value or os.path.join(_REPO, "notebooks", "results", f"{_STUDY.value}.jsonl")
