@@ -102,6 +102,10 @@ STUDIES = {
             "clip_higher": _recipe("grpo", **_ENTROPY_BASE, rl__loss_kwargs__clip_high=0.28),
             "entropy_80_20": _recipe("grpo", **_ENTROPY_BASE, rl__loss_kwargs__clip_high=0.28,
                                      rl__token_selection="high_entropy"),
+            # control: Clip-Cov's opened PPO clip ([0, 2]; dual clip out of reach, as Clip-Cov has none) without its
+            # covariance intervention
+            "open_clip": _recipe("grpo", **_ENTROPY_BASE, rl__loss_kwargs__clip_low=1.0, rl__loss_kwargs__clip_high=1.0,
+                                 rl__loss_kwargs__dual_clip=1e9),
             # sensitivity: 10x the paper's token fractions (one minibatch of 64 sequences has ~1,500 tokens, so the
             # paper's fractions act on ~1 and ~3 tokens per update)
             "clip_cov_x10": _recipe("clip_cov", rl__loss_kwargs__clip_cov_ratio=2e-3),
