@@ -323,3 +323,14 @@ def test_ppo_shared_trunk_with_minibatches_runs_without_nans(sft_workdir, tmp_pa
     assert records[1]["critic/warmup"] == 1.0 and "loss/pg" not in records[1]
     for key in ("loss/pg", "critic/vf_loss", "critic/vf_clip_frac", "critic/vf_explained_var", "critic/values_mean"):
         assert key in records[2], key
+
+
+def test_every_reproduction_arm_is_a_valid_config():
+    """experiments/reproduce.py: each arm x seed of every study builds a config that validation accepts."""
+    from experiments import reproduce
+
+    for name, study in reproduce.STUDIES.items():
+        for arm in study.arms:
+            config = reproduce.run_config(study, arm, study.seeds[-1])
+            config_validation.validate(config)
+            assert config.rl.steps == study.rl_steps and config.seed == study.seeds[-1], (name, arm)
