@@ -15,7 +15,8 @@ def get_config(rung: str = "dapo"):
     clip_higher  + ε_high = 0.28
     overlong     + soft overlong punishment (L_max = 40, L_cache = 8; configs/dapo.py)
     token_loss   + token-level loss (`token-mean`, 1/Σ|o_i| Σ_i Σ_t)
-    dapo         + dynamic sampling (drop all-correct and all-wrong groups, refill, up to 4 generation rounds) = configs/dapo.py
+    dapo         + dynamic sampling (drop all-correct and all-wrong groups, refill, up to 4 generation rounds)
+                 = configs/dapo.py
 
     The paper's order also has "overlong filtering" (mask truncated samples) before clip-higher; we go straight to
     the soft punishment that replaces it. Paper (Qwen2.5-32B, AIME24 avg@32): 30 -> (36 filtering) -> 38 -> 41 ->

@@ -1,4 +1,4 @@
-"""Dynamic sampling (DAPO, Yu et al. 2025): drop groups whose rollouts are all correct or all wrong and refill the batch."""
+"""Dynamic sampling (DAPO, Yu et al. 2025): drop all-correct and all-wrong groups and refill the batch."""
 
 from configs import default
 
@@ -6,7 +6,8 @@ from configs import default
 def get_config():
     """GRPO on the default arithmetic task with DAPO's dynamic sampling: each step generates rounds of
     num_prompts fresh prompts x G completions, keeps the groups that are neither all correct nor all wrong (by the
-    correctness reward, as verl's filter_groups.metric=acc: such groups have zero group-relative advantage), and refills to num_prompts groups, at most
+    correctness reward, as verl's filter_groups.metric=acc: such groups have zero group-relative advantage), and
+    refills to num_prompts groups, at most
     `selection.max_gen_rounds` rounds (then the batch is completed with dropped groups). PRIME's accuracy band
     instead: --config.selection.method=accuracy_band (keeps 0.2 <= group accuracy <= 0.8).
 

@@ -4,8 +4,6 @@ main job, or the agent loop for the turn-level estimators -- so no kernel is rej
 not supply. Validation traces the method on the loop's inputs (`config_validation._check_values`), so the kernel
 is also called with the config's hyper-parameters."""
 
-import inspect
-
 import pytest
 
 from configs import default
@@ -16,15 +14,9 @@ from rl4llm.train import config_validation
 from tests.test_multi_turn import agent_config
 
 
-def _required_inputs(fn) -> set:
-    fn = fn.func if hasattr(fn, "func") else fn
-    params = inspect.signature(fn).parameters
-    return {p for p in params if p in registry.ADVANTAGE_INPUTS and params[p].default is inspect.Parameter.empty}
-
-
 @pytest.mark.parametrize("name", sorted(registry.ADVANTAGES))
 def test_every_advantage_estimator_is_accepted_by_the_loop_that_feeds_it(name):
-    agent = bool(_required_inputs(registry.ADVANTAGES[name]) & set(agent_config_lib.AGENT_ADVANTAGE_INPUTS))
+    agent = bool(registry.advantage_inputs(name) & set(agent_config_lib.AGENT_ADVANTAGE_INPUTS))
     config = agent_config(advantage=name) if agent else default.get_config()
     config.rl.advantage = name
     if name == "gbpo":  # GBPO's weights need its loss (the targets come with it)

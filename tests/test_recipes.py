@@ -42,7 +42,7 @@ RECIPES = (
     "bots",
 )
 RL_STEPS = 2
-SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (entropy 2.98 of 3.0)
+SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
 MECHANISM_LR = 3e-2
 
 # recipe -> metrics that must be non-zero at some RL step: the paper's mechanism acting (see rl4llm/rl/README.md)

@@ -37,6 +37,7 @@ from rl4llm.data import tasks as tasks_lib
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import pipeline as pipeline_lib
 from rl4llm.rl import advantages as advantages_lib
+from rl4llm.rl import aggregation
 from rl4llm.rl import entropy as entropy_lib
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import prime as prime_rewards
@@ -554,7 +555,7 @@ def collect_rollouts(config, setup: Setup, programs: RLPrograms, state, step: in
         extra_inputs["rewards"] = rewards
         host_metrics["kl"] = current_kl
     if "seq_metric" in advantage_inputs:  # CANON: each response's mean token entropy under the rollout policy
-        extra_inputs["seq_metric"] = jnp.sum(behaviour[1] * mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
+        extra_inputs["seq_metric"] = aggregation.masked_mean(behaviour[1], mask, axis=-1)
     if programs.values_fn is not None:  # PPO: the rollout's values, once per step
         extra_inputs["values"] = programs.values_fn(state.critic.params, state.params, tokens, attention_mask)
     prm_batch = None
