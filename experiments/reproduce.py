@@ -12,6 +12,8 @@ evaluation cadence and the metric keys it keeps. The script
      a run another driver is running (its `<workdir>.pid` is alive) is left to it,
   3. writes `notebooks/results/<study>.jsonl` (`rl4llm.analysis.results`): one record per (arm, seed, logged
      step) with the study's keys, step 0 = the warm start's evaluation. The notebooks redraw every figure from it.
+     Records the file already holds for runs not under `--root` (run earlier, elsewhere) are kept if they start
+     from the same warm start (equal step-0 evaluation; otherwise it stops with an error).
 Re-running skips finished runs and resumes interrupted ones from their checkpoints.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import os
 import shutil
 import subprocess
@@ -176,23 +179,35 @@ def run_job(study_name: str, arm: str, seed: int, root: str) -> None:
 
 
 def collect(study_name: str, root: str, path: str) -> int:
-    """Writes the study's results file from its finished runs; returns the number of records."""
+    """Writes the study's results file from its finished runs; returns the number of records.
+
+    Runs finished under `root` replace their records; the records an existing results file holds for runs that are
+    not under `root` (run earlier, elsewhere) are kept, provided they start from the same warm start: their step-0
+    evaluation must equal this root's, else the arms would not be comparable and this raises."""
     from rl4llm.analysis import results
     from rl4llm.train import metrics as metrics_lib
 
     study = STUDIES[study_name]
     warm = {k: v for r in metrics_lib.read_metrics(warm_start_dir(root), "sft") for k, v in r.items()}
-    records = []
+    warm_eval = {k: warm[k] for k in study.keys if k.startswith("eval/") and k in warm}
+    records, finished = [], set()
     for arm in study.arms:
         for seed in study.seeds:
             workdir = run_dir(root, study_name, arm, seed)
             if not os.path.exists(os.path.join(workdir, "summary.json")):
                 continue
-            records.append({"arm": arm, "seed": seed, "step": 0,
-                            **{k: warm[k] for k in study.keys if k.startswith("eval/") and k in warm}})
+            finished.add((arm, seed))
+            records.append({"arm": arm, "seed": seed, "step": 0, **warm_eval})
             for r in metrics_lib.read_metrics(workdir, "rl"):
                 records.append({"arm": arm, "seed": seed, "step": r["step"],
                                 **{k: r[k] for k in study.keys if k in r}})
+    if os.path.exists(path):
+        kept = [r for r in results.read_results(path) if (r["arm"], r["seed"]) not in finished]
+        for r in kept:
+            if r["step"] == 0 and not all(math.isclose(r[k], v, rel_tol=1e-5) for k, v in warm_eval.items() if k in r):
+                raise ValueError(f"{path}: {r['arm']} seed {r['seed']} starts from another warm start than "
+                                 f"{warm_start_dir(root)} ({ {k: r[k] for k in warm_eval if k in r} } vs {warm_eval})")
+        records += kept
     os.makedirs(os.path.dirname(path), exist_ok=True)
     return results.write_results(path, records)
 

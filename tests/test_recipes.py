@@ -11,6 +11,7 @@ the completion has an even length), with the recipe's own update schedule and a 
 
 import importlib
 import math
+import os
 import shutil
 
 import numpy as np
@@ -334,3 +335,38 @@ def test_every_reproduction_arm_is_a_valid_config():
             config = reproduce.run_config(study, arm, study.seeds[-1])
             config_validation.validate(config)
             assert config.rl.steps == study.rl_steps and config.seed == study.seeds[-1], (name, arm)
+
+
+def _write_run(workdir: str, stage: str, records: dict) -> None:
+    """A finished run's metrics.jsonl (`records`: step -> metrics) and summary.json, written by the run's own sinks."""
+    writer = metrics_lib.MetricsWriter(workdir)
+    for step, metrics in records.items():
+        writer.write(stage, step, metrics, console=False)
+    writer.close()
+    with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
+        f.write("{}")
+
+
+def test_reproduce_collect_keeps_earlier_runs_of_the_same_warm_start_and_refuses_another(tmp_path):
+    """collect(): runs under --root replace their records; records of runs not under --root stay in the results
+    file when their step 0 equals this root's warm start, and a different warm start is an error, not a mix."""
+    from experiments import reproduce
+    from rl4llm.analysis import results
+
+    root, path = str(tmp_path / "root"), str(tmp_path / "dapo_ladder.jsonl")
+    warm = {"eval/greedy_accuracy": 0.4453125, "eval/pass@1": 0.2915}
+    _write_run(reproduce.warm_start_dir(root), "sft", {450: warm})
+    earlier = [{"arm": "grpo", "seed": 0, "step": 0, **warm}, {"arm": "grpo", "seed": 0, "step": 5, "reward": 0.5},
+               {"arm": "overlong", "seed": 0, "step": 0, **warm}, {"arm": "overlong", "seed": 0, "step": 5, "reward": 0.1}]
+    results.write_results(path, earlier)
+    _write_run(reproduce.run_dir(root, "dapo_ladder", "overlong", 0), "rl", {5: {"reward": 0.7, "other": 1.0}})
+
+    assert reproduce.collect("dapo_ladder", root, path) == 4
+    by_arm = {(r["arm"], r["step"]): r for r in results.read_results(path)}
+    assert by_arm[("grpo", 5)]["reward"] == 0.5  # kept from the earlier file
+    assert by_arm[("overlong", 5)]["reward"] == 0.7 and "other" not in by_arm[("overlong", 5)]  # replaced by the run
+    assert by_arm[("overlong", 0)]["eval/greedy_accuracy"] == pytest.approx(0.4453125, rel=1e-5)
+
+    results.write_results(path, [dict(r, **{"eval/greedy_accuracy": 0.574}) if r["step"] == 0 else r for r in earlier])
+    with pytest.raises(ValueError, match="grpo seed 0 starts from another warm start"):
+        reproduce.collect("dapo_ladder", root, path)
