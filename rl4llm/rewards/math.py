@@ -38,6 +38,9 @@ pool timeout is the limit there, never a silently dead alarm (verl PR #5635). An
 :data:`MAX_ANSWER_CHARS` are compared as exact strings only: math-verify's ANTLR parser takes seconds on deeply
 nested input, so one long answer would spend the whole limit.
 
+**Speed** (ours): equal plain numerals (``18`` / ``18.0``) are accepted without math-verify (which always accepts
+them; it costs ~1 ms an answer), and parsed references are cached (a GRPO group shares one).
+
 **Majority-vote keys** (:func:`normalize`, :func:`canonical_answer`, for TTRL pseudo-labels): exact numbers become
 ``p/q`` or integers (``0.5``, ``\frac{1}{2}``, ``\dfrac12`` all vote ``1/2``), ``x = 5`` becomes ``5``, anything
 else math-verify's normalised LaTeX string.
@@ -48,6 +51,7 @@ Model output never raises: anything unparsable, or out of time, scores 0.
 from __future__ import annotations
 
 import contextlib
+import fractions
 import functools
 import logging
 import re
@@ -61,6 +65,7 @@ MAX_ANSWER_CHARS = 1000
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
 _ANSWER_LINE = re.compile(r"answer\s*:", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 # ----------------------------------------------------------------------------------------- extraction
@@ -200,6 +205,21 @@ def _parse(boxed: str, *, gold: bool) -> list:
     return parse(boxed, pred_config, extraction_mode="first_match", parsing_timeout=None)
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed_gold(reference: str) -> tuple:
+    """The parsed reference, cached: a GRPO group's samples share one reference (an interrupted parse raises and
+    is not cached; parsed values are immutable sympy objects)."""
+    return tuple(_parse(_gold_text(reference), gold=True))
+
+
+def _exact_number(text: str) -> fractions.Fraction | None:
+    """The value of a plain decimal numeral (``-12``, ``0.50``), else None."""
+    text = text.strip()
+    if len(text) > 50 or not _PLAIN_NUMBER.fullmatch(text):
+        return None
+    return fractions.Fraction(text)
+
+
 def _gold_text(reference: str) -> str:
     """The reference as math-verify's gold input: already boxed (a full solution) as it is, else ``\\boxed{...}``."""
     return reference if "\\boxed" in reference else "\\boxed{" + reference + "}"
@@ -212,10 +232,13 @@ def _verified(reference: str, answer: str, *, from_box: bool) -> bool:
         return False
     if max(len(reference), len(answer)) > MAX_ANSWER_CHARS:
         return reference.strip() == answer
+    gold_value = _exact_number(reference)
+    if gold_value is not None and gold_value == _exact_number(answer):
+        return True  # equal plain numerals, which math-verify always accepts: skip its ~1 ms parse
     _, verify, _, _ = _engine()  # imported before the clock starts
     try:
         with _time_limit(SYMBOLIC_TIMEOUT_S):
-            gold = _parse(_gold_text(reference), gold=True)
+            gold = list(_parsed_gold(reference))
             pred = _parse(_as_boxed(answer, from_box=from_box), gold=False)
             return bool(gold and pred and verify(gold, pred, timeout_seconds=None))
     except (Exception, _OutOfTime):  # anything unparsable, a sympy failure, or out of time: "not shown equal"
