@@ -268,18 +268,16 @@ def score_strict(completion: str, answer: str) -> float:
 # ------------------------------------------------------------------------------------ majority-vote keys
 
 
-def normalize(answer: str, *, from_box: bool = True) -> str:
-    """A canonical string of a bare answer, for majority-vote keys: an exact number as ``p/q`` or an integer
-    (``0.5``, ``\\frac12``... -> ``1/2``; ``18.0`` -> ``18``; ``1,234`` -> ``1234``), ``x = 5`` as ``5``; else
-    math-verify's normalised LaTeX string; else the stripped input. Every key is a valid reference of this reward."""
+def _vote_key(answer: str, *, from_box: bool) -> str:
+    """:func:`normalize` of an extracted answer (``from_box``: see :func:`_as_boxed`)."""
     answer = answer.strip()
     if not answer or len(answer) > MAX_ANSWER_CHARS:
         return answer
     import sympy
 
+    _engine()  # imported before the clock starts
     try:
         with _time_limit(SYMBOLIC_TIMEOUT_S):
-            _engine()
             parsed = _parse(_as_boxed(answer, from_box=from_box), gold=True)
             value = parsed[0] if parsed else None
             if isinstance(value, sympy.Equality) and isinstance(value.lhs, sympy.Symbol):
@@ -290,9 +288,18 @@ def normalize(answer: str, *, from_box: bool = True) -> str:
                 return str(value)
             if len(parsed) > 1 and isinstance(parsed[-1], str) and parsed[-1].strip():
                 return parsed[-1].strip()
-    except (Exception, _OutOfTime):
+    except (Exception, _OutOfTime):  # unparsable or out of time: the answer as written is its own key
         pass
     return answer
+
+
+def normalize(answer: str, *, lenient: bool = False) -> str:
+    """A canonical string of a bare answer, for majority-vote keys: an exact number as ``p/q`` or an integer
+    (``0.5``, ``\\frac12``... -> ``1/2``; ``18.0`` -> ``18``; ``1,234`` -> ``1234``), ``x = 5`` as ``5``; else
+    math-verify's normalised LaTeX string; else the stripped input. Every key is a valid reference of this reward.
+    ``lenient`` is accepted for compatibility and changes nothing."""
+    del lenient
+    return _vote_key(answer, from_box=True)
 
 
 def canonical_answer(completion: str, *, lenient: bool = True) -> str | None:
@@ -301,7 +308,7 @@ def canonical_answer(completion: str, *, lenient: bool = True) -> str | None:
     found = _marked_answer(completion, lenient=lenient)
     if found is None:
         return None
-    return normalize(found[0], from_box=found[1]) or None
+    return _vote_key(found[0], from_box=found[1]) or None
 
 
 def canonical_answer_strict(completion: str) -> str | None:
