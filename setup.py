@@ -27,6 +27,10 @@ setuptools.setup(
         "numpy>=1.26",
         "pebble>=5.0",
         "sympy>=1.12",
+        # The math reward's equivalence engine (rl4llm.rewards.math), as in TRL / open-r1 / verl. Pinned to a minor
+        # release: its verdicts are the reward, and tests/test_rewards_math.py pins them. The extra brings the ANTLR
+        # runtime (4.13.2) its LaTeX parser was generated with.
+        "math-verify[antlr4_13_2]>=0.9.0,<0.10",
     ],
     extras_require={
         # Hugging Face checkpoints (safetensors), tokenizer.json and chat templates (rl4llm.models.hf_checkpoint,

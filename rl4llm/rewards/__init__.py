@@ -16,8 +16,8 @@ from rl4llm.rewards import sandbox
 REWARDS = {
     "exact_answer": arithmetic.score,  # 1 iff the integer after the last '#' equals the reference answer
     "final_text": final_text.score,  # 1 iff the text after the last '#' equals the reference (sorting)
-    "math": math.score,  # boxed / #### / Answer: / last number, lenient equivalence (GSM8K, MATH)
-    "math_strict": math.score_strict,  # explicit answer markers only, exact equivalence
+    "math": math.score,  # boxed / #### / Answer: / last number, math-verify equivalence as TRL (GSM8K, MATH)
+    "math_strict": math.score_strict,  # explicit answer markers only (boxed / #### / Answer:), the same equivalence
     "countdown": countdown.score,  # TinyZero: 1 right equation, 0.1 well-tagged but wrong, 0 no <answer>
     "code": sandbox.score,  # fraction of the reference tests the sandboxed program passes
     "code_all_pass": sandbox.score_all_pass,  # 1 iff it passes all of them

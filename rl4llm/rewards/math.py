@@ -1,66 +1,71 @@
-r"""Math answer verifier: final-answer extraction, normalisation and equivalence (GSM8K / MATH style).
+r"""Math answer verifier (GSM8K / MATH style): our final-answer extraction, Hugging Face's ``math-verify`` as the
+equivalence engine, configured as TRL's ``accuracy_reward`` does, so rewards computed here agree with TRL / open-r1 /
+verl on boxed answers.
 
-**Extraction** (:func:`extract_answer`), first that applies:
+**Extraction** (:func:`extract_answer`, our code: math-verify with TRL's settings only reads ``\boxed`` and
+``answer: $...$`` LaTeX, which would score every GSM8K ``#### 18`` completion 0), first that applies:
 
-1. the content of the LAST ``\boxed{...}`` / ``\fbox{...}`` (nested braces matched; ``\boxed 5`` too);
+1. the content of the LAST ``\boxed{...}`` / ``\fbox{...}`` (nested braces matched; ``\boxed 5`` too). Ours:
+   math-verify with TRL's config reads ``\boxed{4} ... \boxed{5}`` as the set {4, 5} (and ``$\boxed{5}$ and
+   $\boxed{8}$`` as {5, 8}), so a completion that corrects itself scores 0 there; we keep the last box, as verl's
+   MATH scorers and our previous verifier do. math-verify reads neither ``\fbox`` nor ``\boxed 5``;
 2. the text after the LAST ``####`` (GSM8K), up to the end of its line;
 3. the text after the LAST ``Answer:`` (case-insensitive; Minerva / DAPO "Answer:" line), up to the end of its line;
 4. lenient mode only: the LAST number in the text (verl gsm8k "flexible"), e.g. ``"so 18 eggs."`` -> ``18``.
 
-**Normalisation** (:func:`normalize`, after verl's ``math_reward.strip_string`` and
-``math_dapo.normalize_final_answer``): drop ``$``, ``\(``/``\)``, ``\left``/``\right``, LaTeX spacing (``\!``, ``\,``,
-``\;``, ``\:``, ``\ ``, ``~``), a trailing period, a ``x =`` style prefix whose left side has at most 2 characters,
-``^\circ`` / ``^{\circ}``, ``\%`` / ``%``, thousands commas in digit strings (``1,234`` -> ``1234``), trailing zeros
-of decimals (``18.0`` -> ``18``),
-``\text{...}`` and ``\mathrm{...}`` wrappers; ``\dfrac`` / ``\tfrac`` -> ``\frac``; ``\frac12`` -> ``\frac{1}{2}``;
-``\sqrt3`` -> ``\sqrt{3}``; all whitespace removed. Lenient mode also drops trailing unit words (``5 cm``,
-``\text{ dollars}``) and a leading ``the answer is``.
+Strict mode (``math_strict``) is rules 1-3 only: the completion must mark its answer. The two modes differ in
+extraction only; equivalence is the same.
 
-**Equivalence** (:func:`is_equivalent`): equal normalised strings; else equal exact values when both are numbers
-(integers, decimals, ``a/b``, ``\frac{a}{b}``, compared as fractions); else tuples / intervals element by element
-with identical brackets; else symbolic identity ``sympy.simplify(gold - pred) == 0`` of a safely parsed LaTeX
-subset (``\frac``, ``\sqrt``, ``\pi``, ``^``, ``\cdot``, ``\times``, implicit products, one-letter variables),
-under a time limit. Lenient mode also accepts ``p%`` == ``p/100``, numbers within a relative 1e-6, unordered
-``{...}`` sets, and ``\pi`` ≈ 3.14159 style numerical agreement (relative 1e-6).
+**Equivalence** (:func:`is_equivalent`, math-verify): the extracted answer is handed to ``math_verify.parse`` as
+``\boxed{answer}`` with TRL's prediction config (``LatexExtractionConfig(normalization_config=
+NormalizationConfig(units=True), boxed_match_priority=0, try_extract_without_anchor=False)``, first match); the
+reference as ``\boxed{reference}`` (verl's way of making a bare reference such as ``x^2+1`` parse) with math-verify's
+default gold config (LaTeX + plain expressions); then ``math_verify.verify(gold, pred)`` with its defaults (numbers
+equal after rounding to 6 decimals, symbolic equality by sympy, sets unordered, intervals / tuples / matrices /
+equations such as ``x=3`` vs ``3``, ``10\%`` vs ``0.1``, units and ``^\circ`` dropped). What TRL's config does not
+accept we do not accept either (``\frac12`` without braces, ``1e2``, ``30°``, ``\boxed{12.}``): the price of
+comparable numbers. Before handing over, non-boxed answers (rules 2-4, which TRL never extracts) lose ``$`` /
+``\(`` ``\)`` delimiters and a trailing period, and a bare ``%`` becomes ``\%`` (LaTeX would read it as a comment).
 
-Model output never raises: anything unparsable is compared as a string only. The symbolic step runs under a
-``signal.setitimer`` limit when called from a main thread (a process-pool worker's, or the trainer's); elsewhere
-it relies on the caller's per-call timeout (``rl4llm.rewards.pool``), never on the silently-dead alarm that made
-verl score every MATH answer 0 off the main thread (verl PR #5635).
+**Time limit** (our code): math-verify's own timeouts are ``signal.alarm`` based, whole seconds, and raise
+ValueError off the main thread. We switch them off (``parsing_timeout=None``, ``timeout_seconds=None``) and run the
+whole parse + verify of one answer under one ``signal.setitimer`` limit of :data:`SYMBOLIC_TIMEOUT_S` (sub-second,
+re-raised every 0.1 s until the work stops) when called from a main thread: the trainer's inline scoring, or a
+``rl4llm.rewards.pool`` worker, whose pebble task runs in the worker process's main thread. The limit raises a
+``BaseException`` subclass, so math-verify's ``except Exception`` cannot swallow it and carry on unbounded
+(``9^{9^{9^9}}`` would compute for minutes). Off a main thread there is no in-process limit: the caller's per-call
+pool timeout is the limit there, never a silently dead alarm (verl PR #5635). Answers longer than
+:data:`MAX_ANSWER_CHARS` are compared as exact strings only: math-verify's ANTLR parser takes seconds on deeply
+nested input, so one long answer would spend the whole limit.
+
+**Speed** (ours): equal plain numerals (``18`` / ``18.0``) are accepted without math-verify (which always accepts
+them; it costs ~1 ms an answer), and parsed references are cached (a GRPO group shares one).
+
+**Majority-vote keys** (:func:`normalize`, :func:`canonical_answer`, for TTRL pseudo-labels): exact numbers become
+``p/q`` or integers (``0.5``, ``\frac{1}{2}``, ``\dfrac12`` all vote ``1/2``), ``x = 5`` becomes ``5``, anything
+else math-verify's normalised LaTeX string.
+
+Model output never raises: anything unparsable, or out of time, scores 0.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fractions
+import functools
+import logging
 import re
 import signal
 import threading
 
-# Symbolic comparison budget, and the input size beyond which we do not even try.
+# Budget for one parse + verify (seconds), and the answer size beyond which we compare strings only.
 SYMBOLIC_TIMEOUT_S = 5.0
-_MAX_SYMBOLIC_CHARS = 120
-_MAX_NUMBER_DIGITS = 200
-_LENIENT_REL_TOL = 1e-6
+MAX_ANSWER_CHARS = 1000
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
 _ANSWER_LINE = re.compile(r"answer\s*:", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
-_DECIMAL = re.compile(r"(-?)(\d*)(?:\.(\d*))?")
-_THOUSANDS = re.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+)(?![\d,])")
-_UNIT_WORDS = (
-    "units|unit|sq|square|cubic|cm|centimeters|centimetres|m|meters|metres|km|kilometers|mm|inches|inch|in|feet|"
-    "foot|ft|yards|miles|mph|hours|hour|minutes|minute|mins|seconds|second|sec|days|day|weeks|years|dollars|dollar|"
-    "cents|cent|degrees|degree|pounds|lbs|kg|grams|g|liters|litres|ml|people|students|apples|ways|points|marbles|"
-    "books|cookies|eggs|times|percent"
-)
-_POWER = r"(?:\^\{?[23]\}?)?"
-_TRAILING_UNITS = re.compile(
-    rf"(?:\s*(?:\\(?:text|mbox|mathrm)\{{\s*)?(?<![A-Za-z])(?:{_UNIT_WORDS}){_POWER}\}}?{_POWER}\.?)+$"
-)
-_ALLOWED_SYMBOLIC = re.compile(r"[0-9a-zA-Z+\-*/().\s]*")
-_IDENTIFIER = re.compile(r"[A-Za-z]+")
-_SYMPY_NAMES = {"sqrt", "pi", "oo"}
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 # ----------------------------------------------------------------------------------------- extraction
@@ -68,11 +73,7 @@ _SYMPY_NAMES = {"sqrt", "pi", "oo"}
 
 def _brace_group(text: str, start: int) -> tuple[str, int] | None:
     """The content of the ``{...}`` group opening at ``text[start]`` (nested braces matched) and the index after
-    it; a single non-space character (``\\frac12``) when ``text[start]`` is not ``{``; None if unbalanced."""
-    if start >= len(text):
-        return None
-    if text[start] != "{":
-        return text[start], start + 1
+    it; None if unbalanced."""
     depth = 0
     for i in range(start, len(text)):
         if text[i] == "{":
@@ -97,11 +98,11 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def extract_answer(text: str, *, lenient: bool = False) -> str | None:
-    """The final answer of a completion (module docstring, rules 1-4), unnormalised, or None."""
+def _marked_answer(text: str, *, lenient: bool) -> tuple[str, bool] | None:
+    """(answer, came from a box) by rules 1-4 of the module docstring, or None."""
     boxed = last_boxed(text)
     if boxed is not None:
-        return boxed
+        return boxed, True
     for marker in ("####", None):
         if marker is None:
             matches = list(_ANSWER_LINE.finditer(text))
@@ -112,288 +113,204 @@ def extract_answer(text: str, *, lenient: bool = False) -> str | None:
         if pos >= 0:
             line = text[pos:].strip().split("\n", 1)[0].strip()
             if line:
-                return line
+                return line, False
     if lenient:
         numbers = _NUMBER.findall(text)
         if numbers:
-            return numbers[-1]
+            return numbers[-1], False
     return None
 
 
-# -------------------------------------------------------------------------------------- normalisation
+def extract_answer(text: str, *, lenient: bool = False) -> str | None:
+    """The final answer of a completion (module docstring, rules 1-4), unnormalised, or None."""
+    found = _marked_answer(text, lenient=lenient)
+    return None if found is None else found[0]
 
 
-def _unwrap_command(text: str, command: str) -> str:
-    r"""``\command{x}`` -> ``x`` everywhere (nested braces matched); unbalanced occurrences are left as they are."""
-    out, pos, token = [], 0, "\\" + command + "{"
-    while True:
-        i = text.find(token, pos)
-        if i < 0:
-            out.append(text[pos:])
-            return "".join(out)
-        group = _brace_group(text, i + len(token) - 1)
-        if group is None:
-            out.append(text[pos:])
-            return "".join(out)
-        out.append(text[pos:i] + group[0])
-        pos = group[1]
-
-
-def _fix_fracs_and_sqrts(text: str) -> str:
-    r"""``\frac12`` -> ``\frac{1}{2}``, ``\frac1{b}`` -> ``\frac{1}{b}``, ``\sqrt3`` -> ``\sqrt{3}``."""
-    text = re.sub(r"\\sqrt(\w)", r"\\sqrt{\1}", text)
-    out, pos = [], 0
-    while True:
-        i = text.find("\\frac", pos)
-        if i < 0:
-            out.append(text[pos:])
-            return "".join(out)
-        out.append(text[pos:i] + "\\frac")
-        j = i + len("\\frac")
-        for _ in range(2):
-            group = _brace_group(text, j)
-            if group is None:
-                break
-            out.append("{" + group[0] + "}")
-            j = group[1]
-        pos = j
-
-
-def _strip_trailing_zeros(text: str) -> str:
-    """``18.0`` -> ``18``, ``2.50`` -> ``2.5`` for a plain decimal; anything else unchanged."""
-    if re.fullmatch(r"-?\d+\.\d+", text):
-        text = text.rstrip("0").rstrip(".")
-    return text
-
-
-def normalize(answer: str, *, lenient: bool = False) -> str:
-    """Canonical string form of an extracted answer (rules in the module docstring)."""
-    s = answer.strip()
-    if lenient:
-        s = re.sub(r"^(?:the\s+)?(?:final\s+)?answer\s+is\s*:?\s*", "", s, flags=re.IGNORECASE)
-    s = s.replace("\n", "").replace("\\!", "")
-    for token in ("\\left", "\\right", "\\displaystyle"):
-        s = s.replace(token, "")
-    s = s.replace("\\(", "").replace("\\)", "").replace("\\[", "").replace("\\]", "")
-    s = s.replace("\\$", "").replace("$", "")
-    s = s.replace("\\{", "{").replace("\\}", "}")
-    s = s.replace("tfrac", "frac").replace("dfrac", "frac")
-    s = re.sub(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|°", "", s)
-    s = s.replace("\\%", "").replace("%", "")
-    if lenient:
-        s = _TRAILING_UNITS.sub("", s)
-    for command in ("text", "textbf", "mathrm", "mbox", "mathbf", "boxed"):
-        s = _unwrap_command(s, command)
-    s = re.sub(r"\\[,;:> ]|~", " ", s)
-    s = s.strip().rstrip(".").strip()
-    lhs = re.match(r"^([A-Za-z]\w?)\s*=\s*(?=\S)", s)
-    if lhs:
-        s = s[lhs.end() :]
-    s = _THOUSANDS.sub(lambda m: m.group(1).replace(",", ""), s)
-    s = re.sub(r"\s+", "", s)
-    s = _fix_fracs_and_sqrts(s)
-    s = _strip_trailing_zeros(s)
-    if s.startswith("."):
-        s = "0" + s
-    return s
+def _as_boxed(answer: str, *, from_box: bool) -> str:
+    r"""``\boxed{answer}`` for math-verify; a non-boxed answer (a ``####`` / ``Answer:`` line, a bare number) first
+    loses ``$`` / ``\(`` / ``\)`` / ``\[`` / ``\]`` delimiters and a trailing period, and gets ``%`` escaped."""
+    if not from_box:
+        answer = re.sub(r"\\[()\[\]]", "", answer).replace("\\$", "$").replace("$", "").strip()
+        answer = re.sub(r"(?<!\\)%", r"\\%", answer.rstrip(".").strip())
+    return "\\boxed{" + answer + "}"
 
 
 # ---------------------------------------------------------------------------------------- equivalence
 
 
-def _as_fraction(s: str) -> fractions.Fraction | None:
-    r"""Exact value of an integer, decimal, ``a/b`` or ``\frac{a}{b}`` string (at most 200 digits), else None."""
-    frac = re.fullmatch(r"(-?)\\frac\{(-?[\d.]+)\}\{(-?[\d.]+)\}", s) or re.fullmatch(r"(-?)(-?[\d.]+)/(-?[\d.]+)", s)
-    if frac:
-        num, den = _as_fraction(frac.group(2)), _as_fraction(frac.group(3))
-        if num is None or den is None or den == 0:
-            return None
-        value = num / den
-        return -value if frac.group(1) else value
-    match = _DECIMAL.fullmatch(s)
-    if not match or not (match.group(2) or match.group(3)) or len(s) > _MAX_NUMBER_DIGITS:
-        return None
-    sign, whole, decimals = match.group(1), match.group(2) or "0", match.group(3) or ""
-    value = fractions.Fraction(int(whole + decimals), 10 ** len(decimals))
-    return -value if sign else value
+class _OutOfTime(BaseException):
+    """Raised by the time limit; a BaseException so that math-verify's ``except Exception`` does not catch it."""
 
 
-def _split_top_level(s: str) -> list[str]:
-    """``s`` split at commas outside any bracket."""
-    parts, depth, current = [], 0, []
-    for ch in s:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    parts.append("".join(current))
-    return parts
-
-
-def _latex_to_sympy_text(s: str) -> str | None:
-    r"""A sympy-parsable string for a LaTeX subset (``\frac``, ``\sqrt``, ``\pi``, ``^``, ``\cdot``, ``\times``), or
-    None when anything else (another command, an underscore, a quote...) appears: nothing else ever reaches ``eval``."""
-    s = s.replace("\\cdot", "*").replace("\\times", "*").replace("\\div", "/").replace("\\infty", "oo")
-    s = s.replace("\\pi", " pi ")
-    for _ in range(20):  # \frac{a}{b} -> ((a)/(b)), \sqrt{a} -> sqrt(a), innermost first
-        new = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", s)
-        new = re.sub(r"\\sqrt\{([^{}]*)\}", r"sqrt(\1)", new)
-        new = re.sub(r"\^\{([^{}]*)\}", r"^(\1)", new)
-        if new == s:
-            break
-        s = new
-    s = s.replace("{", "(").replace("}", ")").replace("^", "**")
-    if "\\" in s or not _ALLOWED_SYMBOLIC.fullmatch(s):
-        return None
-    for name in _IDENTIFIER.findall(s):
-        if name not in _SYMPY_NAMES and len(name) > 3:  # implicit products of up to 3 letters ("xy", "abc")
-            return None
-    if "**" in s and re.search(r"\*\*\(?\s*\d{4,}", s):  # huge powers: refuse rather than expand
-        return None
-    return s
+def _disarm(state: dict, previous) -> None:
+    """Stops the limit's timer and restores the previous SIGALRM handler, even if one last alarm lands meanwhile."""
+    while True:
+        try:
+            state["armed"] = False  # from here on the handler returns without raising
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            return
+        except _OutOfTime:  # an alarm between entering the try and the line above: go again
+            continue
 
 
 @contextlib.contextmanager
 def _time_limit(seconds: float):
-    """Raises TimeoutError in the block after ``seconds`` (SIGALRM), on a main thread; elsewhere a no-op (the
-    caller's process-pool timeout is the limit there)."""
+    """Raises _OutOfTime in the block after ``seconds`` (SIGALRM), on a main thread; elsewhere a no-op (the
+    caller's process-pool timeout is the limit there). The alarm repeats every 0.1 s until the block ends: a raise
+    that lands in code that cannot propagate it (a gc callback, a ``__del__``) is not the end of the limit."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    state = {"armed": True}
 
     def _raise(signum, frame):
-        raise TimeoutError("symbolic comparison timed out")
+        if state["armed"]:
+            raise _OutOfTime()
 
     previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.1)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        _disarm(state, previous)
 
 
-def _sympy_expr(text: str):
-    """The sympy expression of a safe string from :func:`_latex_to_sympy_text` (implicit products allowed)."""
-    import sympy
-    from sympy.parsing import sympy_parser
+@functools.lru_cache(maxsize=1)
+def _engine():
+    """(parse, verify, gold config, prediction config) of math-verify; imported on first use (~0.5 s), never at
+    ``import rl4llm.rewards``. Its "timeout is disabled" warning is silenced: our own limit is on (docstring)."""
+    import math_verify
+    from latex2sympy2_extended import NormalizationConfig
 
-    transformations = sympy_parser.standard_transformations + (
-        sympy_parser.implicit_multiplication_application,
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    gold_config = (math_verify.LatexExtractionConfig(), math_verify.ExprExtractionConfig())
+    pred_config = (
+        math_verify.LatexExtractionConfig(
+            normalization_config=NormalizationConfig(units=True),
+            boxed_match_priority=0,
+            try_extract_without_anchor=False,
+        ),
     )
-    local = {"sqrt": sympy.sqrt, "pi": sympy.pi, "oo": sympy.oo}
-    return sympy_parser.parse_expr(text, local_dict=local, transformations=transformations, evaluate=True)
+    return math_verify.parse, math_verify.verify, gold_config, pred_config
 
 
-def _symbolic_equal(gold: str, pred: str, *, lenient: bool) -> bool:
-    """Whether the LaTeX-subset expressions are provably equal (and, lenient, numerically within 1e-6)."""
-    if max(len(gold), len(pred)) > _MAX_SYMBOLIC_CHARS:
+def _parse(boxed: str, *, gold: bool) -> list:
+    """math-verify's parse of ``\\boxed{...}`` text (no own timeout: the caller holds the limit)."""
+    parse, _, gold_config, pred_config = _engine()
+    if gold:
+        return parse(boxed, gold_config, parsing_timeout=None)
+    return parse(boxed, pred_config, extraction_mode="first_match", parsing_timeout=None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_gold(reference: str) -> tuple:
+    """The parsed reference, cached: a GRPO group's samples share one reference (an interrupted parse raises and
+    is not cached; parsed values are immutable sympy objects)."""
+    return tuple(_parse(_gold_text(reference), gold=True))
+
+
+def _exact_number(text: str) -> fractions.Fraction | None:
+    """The value of a plain decimal numeral (``-12``, ``0.50``), else None."""
+    text = text.strip()
+    if len(text) > 50 or not _PLAIN_NUMBER.fullmatch(text):
+        return None
+    return fractions.Fraction(text)
+
+
+def _gold_text(reference: str) -> str:
+    """The reference as math-verify's gold input: already boxed (a full solution) as it is, else ``\\boxed{...}``."""
+    return reference if "\\boxed" in reference else "\\boxed{" + reference + "}"
+
+
+def _verified(reference: str, answer: str, *, from_box: bool) -> bool:
+    """math-verify's verdict on ``answer`` against ``reference`` under the time limit; False on any failure."""
+    answer = answer.strip()
+    if not answer:
         return False
-    gold_text, pred_text = _latex_to_sympy_text(gold), _latex_to_sympy_text(pred)
-    if gold_text is None or pred_text is None:
-        return False
-    # Imported lazily (~0.5 s; only this step needs them), and before the time limit starts.
-    import sympy
-    from sympy.parsing import sympy_parser  # noqa: F401
-
+    if max(len(reference), len(answer)) > MAX_ANSWER_CHARS:
+        return reference.strip() == answer
+    gold_value = _exact_number(reference)
+    if gold_value is not None and gold_value == _exact_number(answer):
+        return True  # equal plain numerals, which math-verify always accepts: skip its ~1 ms parse
+    _, verify, _, _ = _engine()  # imported before the clock starts
     try:
         with _time_limit(SYMBOLIC_TIMEOUT_S):
-            a, b = _sympy_expr(gold_text), _sympy_expr(pred_text)
-            if a.free_symbols != b.free_symbols:
-                return False
-            if sympy.simplify(a - b) == 0:
-                return True
-            if lenient and not a.free_symbols and a.is_number and b.is_number:
-                av, bv = complex(sympy.N(a)), complex(sympy.N(b))
-                return abs(av - bv) <= _LENIENT_REL_TOL * max(1.0, abs(av))
-    except Exception:  # any parse / simplify failure or the time limit (TimeoutError) means "not shown equal"
+            gold = list(_parsed_gold(reference))
+            pred = _parse(_as_boxed(answer, from_box=from_box), gold=False)
+            return bool(gold and pred and verify(gold, pred, timeout_seconds=None))
+    except (Exception, _OutOfTime):  # anything unparsable, a sympy failure, or out of time: "not shown equal"
         return False
-    return False
-
-
-def _values_equal(gold: str, pred: str, *, lenient: bool) -> bool:
-    """Equivalence of two normalised scalar answers: string, exact number, then symbolic."""
-    if gold == pred:
-        return True
-    g, p = _as_fraction(gold), _as_fraction(pred)
-    if g is not None and p is not None:
-        if g == p:
-            return True
-        return lenient and abs(g - p) <= _LENIENT_REL_TOL * max(1, abs(g))
-    return _symbolic_equal(gold, pred, lenient=lenient)
-
-
-def _bracketed(s: str) -> tuple[str, str, str] | None:
-    """(open, inner, close) when ``s`` is wrapped in one bracket pair spanning the whole string."""
-    if len(s) >= 2 and s[0] in "([{" and s[-1] in ")]}":
-        inner = s[1:-1]
-        depth = 0
-        for ch in inner:
-            depth += ch in "([{"
-            depth -= ch in ")]}"
-            if depth < 0:
-                return None
-        return (s[0], inner, s[-1]) if depth == 0 else None
-    return None
 
 
 def is_equivalent(gold: str, pred: str, *, lenient: bool = False) -> bool:
-    """Whether normalised ``pred`` denotes the same answer as normalised ``gold`` (module docstring). Never raises."""
-    gold_raw, pred_raw = gold, pred
-    gold, pred = normalize(gold, lenient=lenient), normalize(pred, lenient=lenient)
-    if not pred:
-        return False
-    if _values_equal(gold, pred, lenient=lenient):
-        return True
-    gold_b, pred_b = _bracketed(gold), _bracketed(pred)
-    if gold_b and pred_b and (gold_b[0], gold_b[2]) == (pred_b[0], pred_b[2]):
-        gold_parts, pred_parts = _split_top_level(gold_b[1]), _split_top_level(pred_b[1])
-    elif not gold_b and not pred_b and "," in gold:
-        gold_parts, pred_parts = _split_top_level(gold), _split_top_level(pred)
-    else:
-        gold_parts = pred_parts = None
-    if gold_parts is not None and len(gold_parts) > 1 and len(gold_parts) == len(pred_parts):
-        if lenient and (gold_b is None or gold_b[0] == "{"):  # unordered: sets and bare lists
-            remaining = list(pred_parts)
-            for g in gold_parts:
-                match = next((p for p in remaining if _values_equal(g, p, lenient=True)), None)
-                if match is None:
-                    return False
-                remaining.remove(match)
-            return True
-        return all(_values_equal(g, p, lenient=lenient) for g, p in zip(gold_parts, pred_parts))
-    if lenient and ("%" in gold_raw or "%" in pred_raw):  # p% == p/100
-        g, p = _as_fraction(gold), _as_fraction(pred)
-        if g is not None and p is not None:
-            return g / 100 == p if "%" in gold_raw else p / 100 == g
-    return False
+    """Whether the bare answer ``pred`` denotes the same answer as the reference ``gold`` (math-verify, module
+    docstring). ``lenient`` is accepted for compatibility: equivalence is the same in both modes. Never raises."""
+    del lenient
+    return _verified(gold, pred, from_box=True)
 
 
 def score(completion: str, answer: str, *, lenient: bool = True) -> float:
     """1.0 iff the completion's final answer (:func:`extract_answer`) is equivalent to the reference ``answer``."""
-    extracted = extract_answer(completion, lenient=lenient)
-    if extracted is None:
+    found = _marked_answer(completion, lenient=lenient)
+    if found is None:
         return 0.0
-    return 1.0 if is_equivalent(answer, extracted, lenient=lenient) else 0.0
+    return 1.0 if _verified(answer, found[0], from_box=found[1]) else 0.0
+
+
+def score_strict(completion: str, answer: str) -> float:
+    """:func:`score` in strict mode: explicit answer markers only (boxed, ``####``, ``Answer:``)."""
+    return score(completion, answer, lenient=False)
+
+
+# ------------------------------------------------------------------------------------ majority-vote keys
+
+
+def _vote_key(answer: str, *, from_box: bool) -> str:
+    """:func:`normalize` of an extracted answer (``from_box``: see :func:`_as_boxed`)."""
+    answer = answer.strip()
+    if not answer or len(answer) > MAX_ANSWER_CHARS:
+        return answer
+    import sympy
+
+    _engine()  # imported before the clock starts
+    try:
+        with _time_limit(SYMBOLIC_TIMEOUT_S):
+            parsed = _parse(_as_boxed(answer, from_box=from_box), gold=True)
+            value = parsed[0] if parsed else None
+            if isinstance(value, sympy.Equality) and isinstance(value.lhs, sympy.Symbol):
+                value = value.rhs
+            if isinstance(value, sympy.Float):
+                value = sympy.Rational(str(value))
+            if isinstance(value, sympy.Rational):
+                return str(value)
+            if len(parsed) > 1 and isinstance(parsed[-1], str) and parsed[-1].strip():
+                return parsed[-1].strip()
+    except (Exception, _OutOfTime):  # unparsable or out of time: the answer as written is its own key
+        pass
+    return answer
+
+
+def normalize(answer: str, *, lenient: bool = False) -> str:
+    """A canonical string of a bare answer, for majority-vote keys: an exact number as ``p/q`` or an integer
+    (``0.5``, ``\\frac12``... -> ``1/2``; ``18.0`` -> ``18``; ``1,234`` -> ``1234``), ``x = 5`` as ``5``; else
+    math-verify's normalised LaTeX string; else the stripped input. Every key is a valid reference of this reward.
+    ``lenient`` is accepted for compatibility and changes nothing."""
+    del lenient
+    return _vote_key(answer, from_box=True)
 
 
 def canonical_answer(completion: str, *, lenient: bool = True) -> str | None:
-    """The normalised final answer of a completion (a majority-vote key and a valid reference), or None."""
-    extracted = extract_answer(completion, lenient=lenient)
-    normalised = None if extracted is None else normalize(extracted, lenient=lenient)
-    return normalised or None
+    """The canonical final answer of a completion (:func:`normalize`; a majority-vote key and a valid reference),
+    or None."""
+    found = _marked_answer(completion, lenient=lenient)
+    if found is None:
+        return None
+    return _vote_key(found[0], from_box=found[1]) or None
 
 
 def canonical_answer_strict(completion: str) -> str | None:
     """:func:`canonical_answer` in strict mode."""
     return canonical_answer(completion, lenient=False)
-
-
-def score_strict(completion: str, answer: str) -> float:
-    """:func:`score` in strict mode: explicit answer markers only, exact equivalence."""
-    return score(completion, answer, lenient=False)
