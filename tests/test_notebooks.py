@@ -97,7 +97,7 @@ def test_notebooks_end_to_end_on_a_tiny_run(tmp_path):
     assert "| tiny |" in table and "| tiny_copy |" in table and "pass@2" in table
 
 
-REPRODUCTIONS = {"03_entropy_mechanism.ipynb": "entropy_mechanism", "04_dapo_ladder.ipynb": "dapo_ladder"}
+REPRODUCTIONS = {"03_entropy_mechanism.ipynb": ["entropy_mechanism"], "04_dapo_ladder.ipynb": ["dapo_ladder", "dapo_hard"]}
 
 
 @pytest.mark.parametrize("name", sorted(REPRODUCTIONS))
@@ -105,8 +105,9 @@ def test_reproduction_notebooks_are_committed_executed_and_run_from_the_committe
     committed = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
     assert all(c.outputs for c in committed.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])), (
         f"{name}: committed without its outputs")
-    results = os.path.join(NOTEBOOKS, "results", f"{REPRODUCTIONS[name]}.jsonl")
-    assert os.path.exists(results), f"{results} is missing: python -m experiments.reproduce --study={REPRODUCTIONS[name]}"
+    for study in REPRODUCTIONS[name]:
+        results = os.path.join(NOTEBOOKS, "results", f"{study}.jsonl")
+        assert os.path.exists(results), f"{results} is missing: python -m experiments.reproduce --study={study}"
     nb = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
     # executed in notebooks/ (its RESULTS path is relative to it); the outputs stay in memory
     nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": NOTEBOOKS}}).execute()
