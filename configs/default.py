@@ -17,8 +17,8 @@ import ml_collections
 from rl4llm.data import tasks
 from rl4llm.rewards import length as length_lib
 from rl4llm.rl import registry
-from rl4llm.train import agent_config
-from rl4llm.train import config_validation
+from rl4llm import config as config_lib
+from rl4llm.config import agent as agent_config
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -43,7 +43,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.task.extra_rewards = ""
     c.task.extra_rewards_mode = "sum"
     c.task.length_shaping = "none"  # rl4llm.rewards.length.LENGTH_SHAPING
-    c.task.length_shaping_kwargs = config_validation.hyperparameter_fields(
+    c.task.length_shaping_kwargs = config_lib.hyperparameter_fields(
         length_lib.LENGTH_SHAPING, length_lib.STANDARD_INPUTS
     )
     c.task.pseudo_labels = "none"  # "majority_vote": label-free rewards (TTRL)
@@ -102,9 +102,9 @@ def get_config() -> ml_collections.ConfigDict:
     # Methods by registry name. `*_kwargs` hold every hyper-parameter of every registered method as
     # None = "the method's default"; set ones are checked against the selected method's signature.
     c.rl.advantage = "grpo"
-    c.rl.advantage_kwargs = config_validation.hyperparameter_fields(registry.ADVANTAGES, registry.ADVANTAGE_INPUTS)
+    c.rl.advantage_kwargs = config_lib.hyperparameter_fields(registry.ADVANTAGES, registry.ADVANTAGE_INPUTS)
     c.rl.loss = "ppo_clip"
-    c.rl.loss_kwargs = config_validation.hyperparameter_fields(registry.POLICY_LOSSES, registry.LOSS_INPUTS)
+    c.rl.loss_kwargs = config_lib.hyperparameter_fields(registry.POLICY_LOSSES, registry.LOSS_INPUTS)
     c.rl.agg_mode = "token-mean"
     # C of agg_mode="seq-mean-token-sum-norm" (Dr.GRPO: token sums / C, averaged over sequences), fixed for the run;
     # 0 = the run's response budget (sampling.max_new_tokens; agent runs: agent.max_context)
@@ -184,8 +184,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.selection.curriculum_start_operands = 2
     c.selection.curriculum_start_max_value = 9
 
-    # Multi-turn agents (rl4llm.train.agent_trainer): env "" = off; an env name runs SFT on its expert episodes
-    # then RL on it (configs/agent_*.py). Fields and defaults: rl4llm.train.agent_config.agent_defaults.
+    # Multi-turn agents (rl4llm.train.agent): env "" = off; an env name runs SFT on its expert episodes
+    # then RL on it (configs/agent_*.py). Fields and defaults: rl4llm.config.agent.agent_defaults.
     c.agent = agent_config.agent_defaults()
 
     # Held-out evaluation every `every` RL steps (rl4llm.train.evaluate): greedy accuracy and response length; pass@k,

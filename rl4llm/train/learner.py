@@ -28,7 +28,7 @@ from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import losses as losses_lib
 from rl4llm.rl import registry
-from rl4llm.train import epo as epo_lib
+from rl4llm.train.companions import epo as epo_lib
 from rl4llm.train import logprobs as logprobs_lib
 
 
@@ -87,57 +87,6 @@ class LearnerConfig:
     agg_norm_length: float = 0.0  # C of "seq-mean-token-sum-norm" (Dr.GRPO's run constant); 0: the padded length
 
 
-LR_SCHEDULES = ("constant", "cosine")
-
-
-def learning_rate_schedule(learning_rate: float, warmup_steps: int, schedule: str = "constant",
-                           total_steps: int = 0) -> optax.Schedule | float:
-    """Learning rate per optimizer update: linear warm-up from 0 over `warmup_steps`, then
-
-    - "constant": `learning_rate`;
-    - "cosine": `learning_rate * (1 + cos(pi * (t - warmup) / (total - warmup))) / 2`, reaching 0 at update
-      `total_steps` (SGDR, Loshchilov & Hutter 2017; optax.warmup_cosine_decay_schedule).
-    """
-    if schedule == "cosine":
-        return optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup_steps, total_steps, end_value=0.0)
-    if schedule != "constant":
-        raise ValueError(f"learning-rate schedule {schedule!r}: must be one of {LR_SCHEDULES}")
-    return optax.linear_schedule(0.0, learning_rate, warmup_steps) if warmup_steps > 0 else learning_rate
-
-
-def make_optimizer(
-    learning_rate: float,
-    warmup_steps: int,
-    weight_decay: float,
-    grad_clip: float,
-    b1: float = 0.9,
-    b2: float = 0.999,
-    eps: float = 1e-8,
-    *,
-    schedule: str = "constant",
-    total_steps: int = 0,
-) -> optax.GradientTransformation:
-    """AdamW after global-norm gradient clipping, with `learning_rate_schedule(...)` as its learning rate."""
-    lr = learning_rate_schedule(learning_rate, warmup_steps, schedule, total_steps)
-    adamw = optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
-    return optax.chain(optax.clip_by_global_norm(grad_clip), adamw) if grad_clip > 0 else adamw
-
-
-# Standard inputs the learner passes to every policy loss (besides logp, old_logp, advantages, mask).
-PROVIDED_LOSS_INPUTS = (
-    "logp",
-    "old_logp",
-    "advantages",
-    "mask",
-    "agg_mode",
-    "agg_weights",
-    "is_weights",
-    "key",
-    "entropy",
-    "proxy_logp",
-    "target_advantages",
-    "token_stats",
-)
 # LearnerBatch fields forwarded to the policy loss when they are set.
 _OPTIONAL_LOSS_INPUTS = ("proxy_logp", "target_advantages")
 

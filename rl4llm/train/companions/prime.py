@@ -23,6 +23,7 @@ import optax
 from rl4llm.rl import prime as prime_lib
 from rl4llm.rl import registry
 from rl4llm.train import learner as learner_lib
+from rl4llm.train import optim
 from rl4llm.train import logprobs as logprobs_lib
 
 
@@ -103,7 +104,7 @@ def make_prm_step(model_cfg, pcfg: PRMConfig, optimizer) -> Callable:
 
 def make_prm_optimizer(config) -> optax.GradientTransformation:
     p = config.prime
-    return learner_lib.make_optimizer(p.learning_rate, 0, p.weight_decay, p.grad_clip)
+    return optim.make_optimizer(p.learning_rate, 0, p.weight_decay, p.grad_clip)
 
 
 def init_prm_state(policy_params, optimizer) -> PRMState:

@@ -28,8 +28,9 @@ import optax
 from rl4llm.models import value_head
 from rl4llm.rl import aggregation, registry
 from rl4llm.rl import losses as losses_lib
-from rl4llm.train import config_validation
+from rl4llm.config import validation as config_lib
 from rl4llm.train import learner as learner_lib
+from rl4llm.train import optim
 
 
 class CriticState(flax.struct.PyTreeNode):
@@ -194,14 +195,14 @@ def critic_config(config) -> CriticConfig:
         agg_mode=config.rl.agg_mode,
         micro_batch_size=config.rl.micro_batch_size,
         value_loss_coef=config.critic.value_loss_coef,
-        agg_norm_length=config_validation.agg_norm_length(config),
+        agg_norm_length=config_lib.agg_norm_length(config),
     )
 
 
 def make_critic_optimizer(config) -> optax.GradientTransformation:
     """AdamW of the critic, with its own learning rate (`config.critic.*`), like the actor's optimizer."""
     c = config.critic
-    return learner_lib.make_optimizer(c.learning_rate, c.lr_warmup_steps, c.weight_decay, c.grad_clip)
+    return optim.make_optimizer(c.learning_rate, c.lr_warmup_steps, c.weight_decay, c.grad_clip)
 
 
 def init_critic_state(config, model_cfg, policy_params, optimizer) -> CriticState:
