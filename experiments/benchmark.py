@@ -78,8 +78,9 @@ from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.rl import registry
 from rl4llm.rl import advantages as advantages_lib
 from rl4llm.train import batches
-from rl4llm.train import critic as critic_lib
 from rl4llm.train import learner
+from rl4llm.train import optim
+from rl4llm.train.companions import critic as critic_lib
 
 PAD_ID = 0
 MIB = 1 << 20
@@ -192,8 +193,8 @@ def learner_config(logprob_chunk_size: int, micro_batch_size: int = 0) -> learne
 
 def make_optimizer() -> optax.GradientTransformation:
     """Adam (lr 1e-5, b1 0.9, b2 0.999, eps 1e-8), constant lr, no weight decay, no clipping."""
-    return learner.make_optimizer(learning_rate=1e-5, warmup_steps=0, weight_decay=0.0, grad_clip=0.0,
-                                  b1=0.9, b2=0.999, eps=1e-8)
+    return optim.make_optimizer(learning_rate=1e-5, warmup_steps=0, weight_decay=0.0, grad_clip=0.0,
+                                b1=0.9, b2=0.999, eps=1e-8)
 
 
 def init_state(model_cfg: models.ModelConfig, key: jax.Array, optimizer=None, critic: bool = False

@@ -12,7 +12,7 @@ import pytest
 from rl4llm import models
 from rl4llm.models import value_head
 from rl4llm.rl import aggregation, losses
-from rl4llm.train import critic as critic_lib
+from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train import learner as learner_lib
 
 MODEL_CFG = models.get_config("nano", vocab_size=16)
@@ -223,7 +223,7 @@ def test_critic_checkpoint_round_trip(params, tmp_path):
 
 def test_prm_step_fits_outcome_labels_and_leaves_the_policy_alone(params):
     from rl4llm.rl import prime as prime_rewards
-    from rl4llm.train import prime as prime_lib
+    from rl4llm.train.companions import prime as prime_lib
 
     _, cb = _batches()
     opt = optax.adam(1e-2)

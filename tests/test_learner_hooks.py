@@ -15,10 +15,10 @@ import pytest
 from configs import default
 from rl4llm import models
 from rl4llm.rl import entropy as entropy_lib
-from rl4llm.train import config_validation
+from rl4llm.config import validation as config_validation
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
-from rl4llm.train import trainer
+from rl4llm.train.companions import controllers
 
 MODEL_CFG = models.get_config("nano", vocab_size=16)
 
@@ -153,10 +153,10 @@ def test_adaptive_kl_coefficient_update_golden():
     config = _rl_config(kl_coef=0.001, kl_target=0.1, kl_horizon=10000)
     state = _coef_state(kl_coef=jnp.float32(0.001))
     # KL 0.5 above target 0.1: error clip(5 − 1, ±0.2) = 0.2; β·(1 + 0.2·256/10000) = 0.00100512 (verl golden)
-    up = trainer.update_controllers(config, state, current_kl=0.5, entropy=0.0, num_sequences=256)
+    up = controllers.update_controllers(config, state, current_kl=0.5, entropy=0.0, num_sequences=256)
     np.testing.assert_allclose(up.kl_coef, 0.00100512, rtol=1e-6)
     # KL 0.05 below target: error −0.5 clipped to −0.2 -> β·(1 − 0.2·256/10000)
-    down = trainer.update_controllers(config, state, current_kl=0.05, entropy=0.0, num_sequences=256)
+    down = controllers.update_controllers(config, state, current_kl=0.05, entropy=0.0, num_sequences=256)
     np.testing.assert_allclose(down.kl_coef, 0.001 * (1 - 0.2 * 256 / 10000), rtol=1e-6)
     assert up.entropy_coef is None and down.kl_coef.dtype == jnp.float32
 
@@ -164,19 +164,19 @@ def test_adaptive_kl_coefficient_update_golden():
 def test_adaptive_entropy_coefficient_moves_toward_the_target():
     config = _rl_config(entropy_coef=0.01, entropy_target=0.5, entropy_coef_delta=0.005)
     state = _coef_state(entropy_coef=jnp.float32(0.01))
-    low = trainer.update_controllers(config, state, current_kl=None, entropy=0.2, num_sequences=8)
-    high = trainer.update_controllers(config, state, current_kl=None, entropy=0.9, num_sequences=8)
+    low = controllers.update_controllers(config, state, current_kl=None, entropy=0.2, num_sequences=8)
+    high = controllers.update_controllers(config, state, current_kl=None, entropy=0.9, num_sequences=8)
     np.testing.assert_allclose(low.entropy_coef, 0.015, rtol=1e-6)  # entropy below target: bonus grows
     np.testing.assert_allclose(high.entropy_coef, 0.005, rtol=1e-6)  # above target: bonus decays
-    floor = trainer.update_controllers(config, high, current_kl=None, entropy=0.9, num_sequences=8)
-    floor = trainer.update_controllers(config, floor, current_kl=None, entropy=0.9, num_sequences=8)
+    floor = controllers.update_controllers(config, high, current_kl=None, entropy=0.9, num_sequences=8)
+    floor = controllers.update_controllers(config, floor, current_kl=None, entropy=0.9, num_sequences=8)
     assert float(floor.entropy_coef) == 0.0  # clipped at 0
     assert low.kl_coef is None
 
 
 def test_fixed_coefficients_are_untouched():
     state = _coef_state()
-    assert trainer.update_controllers(_rl_config(), state, current_kl=1.0, entropy=1.0, num_sequences=8) is state
+    assert controllers.update_controllers(_rl_config(), state, current_kl=1.0, entropy=1.0, num_sequences=8) is state
 
 
 def test_learner_uses_the_adaptive_coefficient_from_the_state(params):
@@ -210,7 +210,7 @@ def test_reference_reset_happens_every_n_steps_and_zeroes_the_kl(params):
     state = _state(params, optimizer)
     done = []
     for steps_done in range(1, 8):
-        state, reset = trainer.maybe_reset_reference(config, state, optimizer, steps_done)
+        state, reset = controllers.maybe_reset_reference(config, state, optimizer, steps_done)
         if reset:
             done.append(steps_done)
     assert done == [3, 6]
@@ -220,7 +220,7 @@ def test_reference_reset_happens_every_n_steps_and_zeroes_the_kl(params):
     _assert_trees_close(state.opt_state, optimizer.init(params), rtol=0, atol=0)
     _, metrics = _step(_learner_cfg(kl_coef=0.1), state, _batch(), optimizer)
     assert float(metrics["kl"]) == 0.0  # after a reset the KL term is exactly 0 at the next step
-    never = trainer.maybe_reset_reference(_rl_config(kl_coef=0.1), state, optimizer, 3)
+    never = controllers.maybe_reset_reference(_rl_config(kl_coef=0.1), state, optimizer, 3)
     assert never == (state, False)
 
 

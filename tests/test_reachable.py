@@ -9,8 +9,8 @@ import pytest
 from configs import default
 from rl4llm.rewards import length as length_lib
 from rl4llm.rl import registry
-from rl4llm.train import agent_config as agent_config_lib
-from rl4llm.train import config_validation
+from rl4llm.config import agent as agent_config_lib
+from rl4llm.config import validation as config_validation
 from tests.test_multi_turn import agent_config
 
 
