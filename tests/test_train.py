@@ -174,6 +174,10 @@ def test_learner_step_invariant_to_micro_batching():
             np.testing.assert_allclose(got_metrics["grad_norm"], ref_metrics["grad_norm"], rtol=1e-5)
             np.testing.assert_allclose(got_metrics["loss/pg"], ref_metrics["loss/pg"], rtol=1e-5, atol=1e-7)
             jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got_params, ref_params)
+            # maxima / minima over the whole minibatch, not averages of the micro-batches' (metrics.extremum)
+            for key in ("ratio_max", "ratio_min", "ratio_mean", "clip_frac"):
+                np.testing.assert_allclose(got_metrics[key], ref_metrics[key], rtol=1e-5)
+        assert ref_metrics["ratio_max"] > ref_metrics["ratio_min"]
 
 
 def test_dr_grpo_normaliser_is_one_constant_whatever_the_padded_length():

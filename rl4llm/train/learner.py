@@ -30,6 +30,7 @@ from rl4llm.rl import losses as losses_lib
 from rl4llm.rl import registry
 from rl4llm.train.companions import epo as epo_lib
 from rl4llm.train import logprobs as logprobs_lib
+from rl4llm.train import metrics as metrics_lib
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -252,16 +253,18 @@ def _microbatch_loss(
         epo_loss, epo_metrics = epo_lib.loss(cfg.epo, epo, entropy, mb.turn_id, mask, agg_weights)
         loss = loss + epo_loss
         sums.update(epo_metrics)
-    # Loss metrics are masked means over the micro-batch: weight them by its token count.
+    # Loss metrics are masked means over the micro-batch, weighted by its token count, or maxima / minima
+    # (`metrics.extremum`), combined as such over the micro-batches.
     tokens = jnp.sum(mask)
-    sums.update({f"{k}_tokensum": v * tokens for k, v in loss_metrics.items()})
+    sums.update({f"{k}_tokensum": v * tokens for k, v in loss_metrics.items() if metrics_lib.extremum(k) is None})
+    extremes = {k: v for k, v in loss_metrics.items() if metrics_lib.extremum(k) is not None}
     sums["tokens"] = tokens
     sums["logp_gap_sampler_learner"] = jnp.sum(jnp.abs(logp - mb.sampler_logp) * mask)
     head_sums = None
     if head_loss is not None:
         head_value, head_sums = head_loss(head_params, hidden, head_mb)
         loss = loss + head_value
-    return loss, (sums, head_sums, jax.lax.stop_gradient((logp, entropy)))
+    return loss, (sums, extremes, head_sums, jax.lax.stop_gradient((logp, entropy)))
 
 
 def _split_microbatches(tree, micro_batch_size: int):
@@ -286,6 +289,7 @@ class PolicyGradients(NamedTuple):
 
     grads: Any  # of lora.trainable(params)
     sums: dict  # the policy loss's summed metrics
+    extremes: dict  # the policy loss's maxima / minima over the micro-batches (`metrics.extremum`)
     logp: jax.Array  # [N, T] without gradient
     entropy: jax.Array  # [N, T] without gradient
     head_grads: Any = None  # of HeadLoss.params (None without a head loss)
@@ -316,8 +320,10 @@ def policy_gradients(model_cfg, cfg: LearnerConfig, state: TrainState, batch: Le
     grad_fn = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
 
     def accumulate(carry, xs):
-        (_, (mb_sums, mb_head_sums, mb_tokens)), (mb_grads, mb_head_grads) = grad_fn(trainable, head_params, *xs)
-        return jax.tree.map(jnp.add, carry, (mb_grads, mb_head_grads, mb_sums, mb_head_sums)), mb_tokens
+        (_, (mb_sums, mb_extremes, mb_head_sums, mb_tokens)), (mb_grads, mb_head_grads) = grad_fn(
+            trainable, head_params, *xs)
+        added = jax.tree.map(jnp.add, carry[0], (mb_grads, mb_head_grads, mb_sums, mb_head_sums))
+        return (added, metrics_lib.combine_extremes(carry[1], mb_extremes)), mb_tokens
 
     # Weights of the WHOLE minibatch, sliced per micro-batch: Σ over micro-batches = full-batch aggregate.
     agg_mode = registry.agg_mode_for(cfg.loss, cfg.agg_mode)
@@ -328,13 +334,14 @@ def policy_gradients(model_cfg, cfg: LearnerConfig, state: TrainState, batch: Le
     first = jax.tree.map(lambda x: x[0], xs)
 
     def carry_shape():
-        (_, (sums, head_sums, _)), (grads, head_grads) = grad_fn(trainable, head_params, *first)
-        return grads, head_grads, sums, head_sums
+        (_, (sums, extremes, head_sums, _)), (grads, head_grads) = grad_fn(trainable, head_params, *first)
+        return (grads, head_grads, sums, head_sums), extremes
 
-    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(carry_shape))
-    (grads, head_grads, sums, head_sums), (logp, entropy) = jax.lax.scan(accumulate, zeros, xs)
+    added_shape, extremes_shape = jax.eval_shape(carry_shape)
+    init = (jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), added_shape), metrics_lib.no_extremes(extremes_shape))
+    ((grads, head_grads, sums, head_sums), extremes), (logp, entropy) = jax.lax.scan(accumulate, init, xs)
     unsplit = lambda x: x.reshape(batch.completion_mask.shape)  # noqa: E731
-    return PolicyGradients(grads, sums, unsplit(logp), unsplit(entropy), head_grads, head_sums)
+    return PolicyGradients(grads, sums, extremes, unsplit(logp), unsplit(entropy), head_grads, head_sums)
 
 
 def apply_policy_gradients(optimizer: optax.GradientTransformation, state: TrainState, batch: LearnerBatch,
@@ -350,6 +357,7 @@ def apply_policy_gradients(optimizer: optax.GradientTransformation, state: Train
     if "kl_loss" in sums:
         metrics["loss/kl"] = sums.pop("kl_loss")
     metrics.update({k.removesuffix("_tokensum"): v / tokens for k, v in sums.items()})
+    metrics.update(pg.extremes)
     metrics.update(token_statistics(pg.logp, pg.entropy, batch.advantages, batch.completion_mask))
     state = state.replace(params=params, opt_state=opt_state)
     if state.epo is not None:  # EPO: this update's entropies join the per-turn history of the next updates

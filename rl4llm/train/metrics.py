@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import os
+
+import jax.numpy as jnp
 import numpy as np
 from tensorboardX import SummaryWriter
 
@@ -22,6 +24,30 @@ CONSOLE_COLUMNS = (
     ("response_length", "resp_len", "{:.1f}"),
     ("tokens_per_s", "tok/s", "{:.0f}"),
 )
+
+
+def extremum(key: str) -> str | None:
+    """How a loss metric combines over micro-batches and updates (the kernels' metric contract): a key ending in
+    `_max` / `_min` is a maximum / minimum over the batch's tokens ("max" / "min": the largest / smallest of the
+    parts'); every other is a token mean (None: the parts' token-weighted (sum, count), divided once)."""
+    return "max" if key.endswith("_max") else "min" if key.endswith("_min") else None
+
+
+def combine_extremes(a: dict, b: dict) -> dict:
+    """Maxima / minima (`extremum`) of two parts of a batch, key by key."""
+    return {k: (jnp.maximum if extremum(k) == "max" else jnp.minimum)(a[k], b[k]) for k in a}
+
+
+def no_extremes(shapes: dict) -> dict:
+    """The identity of `combine_extremes`: -inf for maxima, +inf for minima (shapes: abstract values)."""
+    return {k: jnp.full(s.shape, -jnp.inf if extremum(k) == "max" else jnp.inf, s.dtype) for k, s in shapes.items()}
+
+
+def reduce_updates(updates: list[dict]) -> dict:
+    """A step's metrics from those of its optimizer updates: the maximum / minimum of `extremum` keys, the mean of
+    the others."""
+    reduce = {"max": np.max, "min": np.min, None: np.mean}
+    return {k: reduce[extremum(k)]([u[k] for u in updates]) for k in updates[0]}
 
 
 def _to_python(value):
