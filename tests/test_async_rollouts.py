@@ -19,7 +19,7 @@ from rl4llm.train import job
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import optim
 from rl4llm.train import programs
-from rl4llm.train import rollouts
+from rl4llm.train import single_turn
 from rl4llm.train import setup as setup_lib
 from rl4llm.train import sft as sft_lib
 from rl4llm.train import state as state_lib
@@ -124,7 +124,7 @@ def test_stale_batch_gets_decoupled_ppo_weights(tmp_path, monkeypatch, ppo_epoch
         state = state_lib.init_rl_state(config, params, optimizer, jax.random.key(1))
         rl_programs = programs.build_rl_programs(config, setup, optimizer)
         snapshot = async_rollouts.sampler_snapshot(state)
-        batch0, batch1 = (rollouts.collect(config, setup, rl_programs, snapshot, s, params_version=0) for s in (0, 1))
+        batch0, batch1 = (single_turn.collect(config, setup, rl_programs, snapshot, s, params_version=0) for s in (0, 1))
         state, _ = step_lib.learn_on_rollouts(config, rl_programs, state, batch0, 0)
         # π_prox: the learner's log-probs under version 1; π_behav: the sampler's, under version 0.
         prox_logp, _ = logprobs.completion_logprobs(
@@ -153,7 +153,7 @@ def warm_start(tmp_path_factory):
     config.task.reward = tiny_config().task.reward  # SFT does not score; the test reward is registered per test
     setup = setup_lib.build_setup(config, workdir)
     try:
-        sft_lib.run_sft(config, setup, jax.random.key(config.seed), metrics_lib.MetricsWriter(workdir), workdir)
+        sft_lib.run_sft(config, setup, single_turn, jax.random.key(config.seed), metrics_lib.MetricsWriter(workdir), workdir)
     finally:
         setup.rewards.close()
     return workdir

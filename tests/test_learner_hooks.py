@@ -18,6 +18,8 @@ from rl4llm.rl import entropy as entropy_lib
 from rl4llm.config import validation as config_validation
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
+from rl4llm.train import metrics as metrics_lib
+from rl4llm.train import token_weights
 from rl4llm.train.companions import controllers
 
 MODEL_CFG = models.get_config("nano", vocab_size=16)
@@ -122,16 +124,16 @@ def test_tis_weights_are_capped_and_combined_with_token_weights():
         sampler_logp=sampler_logp,
     )
     # token ratios 3, 0.5, 1 (padding 0); cap 2 -> 2, 0.5, 1
-    token = learner_lib.policy_is_weights(_learner_cfg(tis_cap=2.0), old_logp, batch)
+    token = token_weights.policy_is_weights(_learner_cfg(tis_cap=2.0), old_logp, batch)
     np.testing.assert_allclose(token, [[2.0, 0.5, 1.0, 0.0]], rtol=1e-6)
     # sequence ratio 3·0.5·1 = 1.5 < cap, on every valid token
-    seq = learner_lib.policy_is_weights(_learner_cfg(tis_cap=2.0, tis_level="sequence"), old_logp, batch)
+    seq = token_weights.policy_is_weights(_learner_cfg(tis_cap=2.0, tis_level="sequence"), old_logp, batch)
     np.testing.assert_allclose(seq, [[1.5, 1.5, 1.5, 0.0]], rtol=1e-6)
-    both = learner_lib.policy_is_weights(
+    both = token_weights.policy_is_weights(
         _learner_cfg(tis_cap=2.0), old_logp, batch.replace(token_weights=jnp.array([[0.0, 1.0, 1.0, 1.0]]))
     )
     np.testing.assert_allclose(both, [[0.0, 0.5, 1.0, 0.0]], rtol=1e-6)
-    assert learner_lib.policy_is_weights(_learner_cfg(), old_logp, batch) is None  # off by default
+    assert token_weights.policy_is_weights(_learner_cfg(), old_logp, batch) is None  # off by default
 
 
 # ------------------------------------------------------------------------- adaptive coefficients
@@ -232,7 +234,7 @@ def test_token_statistics_hand_computed():
     adv = jnp.array([[1.0, -1.0, 1.0, -1.0, 7.0]])
     logp = jnp.array([[-1.0, -2.0, -1.0, -2.0, -9.0]])
     entropy = jnp.array([[0.0, 1.0, 2.0, 3.0, 9.0]])
-    stats = learner_lib.token_statistics(logp, entropy, adv, mask)
+    stats = metrics_lib.token_statistics(logp, entropy, adv, mask)
     # centred A = ±1, centred logp = ±0.5 in phase: cov = mean(0.5) = 0.5
     np.testing.assert_allclose(stats["cov_logp_adv"], 0.5, rtol=1e-6)
     # linear quantiles of [0, 1, 2, 3] at positions 0.3, 1.5, 2.7

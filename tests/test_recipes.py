@@ -20,7 +20,7 @@ from configs import default
 from rl4llm.config import validation as config_validation
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import job
-from rl4llm.train import rollouts
+from rl4llm.train import single_turn
 from tests.test_train import tiny_config
 
 RECIPES = (
@@ -291,8 +291,8 @@ def test_prime_trains_only_on_groups_in_the_accuracy_band(sft_workdir, tmp_path,
     config.selection.acc_low = recipe.selection.acc_low  # the recipe's band (shrink widens it for the smoke runs)
     config.task.reward = "even_answers_always_right"
     config.selection.max_gen_rounds = 1  # one round: out-of-band groups must complete the batch
-    collect, seen = rollouts.collect, []
-    monkeypatch.setattr(rollouts, "collect", lambda *a, **k: seen.append(collect(*a, **k)) or seen[-1])
+    collect, seen = single_turn.collect, []
+    monkeypatch.setattr(single_turn, "collect", lambda *a, **k: seen.append(collect(*a, **k)) or seen[-1])
     shutil.copytree(sft_workdir, tmp_path / "prime_band")
     job.run(config, str(tmp_path / "prime_band"))  # a step with every group masked out logs NaN token stats
     assert len(seen) == RL_STEPS

@@ -21,6 +21,7 @@ from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import prime as prime_rewards
 from rl4llm.rl import registry
 from rl4llm.train import learner as learner_lib
+from rl4llm.train import rollouts
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import prime as prime_lib
 
@@ -56,8 +57,6 @@ def _reward_components(d: StepData):
 
 def _baseline_scores(d: StepData):
     """ReMax's baseline: the reward of each prompt's greedy completion, over its group (`rollouts.greedy_baseline`)."""
-    from rl4llm.train import rollouts  # the rollout source imports this table
-
     baseline = rollouts.greedy_baseline_scores(d.config, d.setup, d.state.params, d.step,
                                                jax.random.fold_in(d.step_key, _GREEDY_BASELINE_STREAM))
     return {"baseline_scores": jnp.asarray(baseline)}, {"greedy_baseline_reward": baseline.mean()}

@@ -3,7 +3,7 @@
 Single-turn and multi-turn (agent) runs differ only in their rollout source, a module with the same five
 functions: `build_setup(config, workdir)`, `describe(config, setup)`, `sft_batch(config, setup, step)`,
 `evaluate(config, setup, params, key)`, `collect(config, setup, programs, state, step, *, params_version=None)`,
-plus `summary(sft_eval, rl_eval)` / `summary_table(summary)` for the closing report (`train.rollouts`,
+plus `summary(sft_eval, rl_eval)` / `summary_table(summary)` for the closing report (`train.single_turn`,
 `train.agent`).
 """
 
@@ -24,13 +24,13 @@ from rl4llm.train import setup as setup_lib
 
 
 def rollout_source(config):
-    """The rollout source of a config: `train.agent` when `config.agent.env` names an env, else `train.rollouts`."""
+    """The rollout source of a config: `train.agent` when `config.agent.env` names an env, else `train.single_turn`."""
     from rl4llm.config import agent as agent_config
 
     if agent_config.is_agent_config(config):
         from rl4llm.train import agent as source
     else:
-        from rl4llm.train import rollouts as source
+        from rl4llm.train import single_turn as source
     return source
 
 

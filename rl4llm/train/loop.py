@@ -71,7 +71,7 @@ def resume(ckpt: checkpointing.Checkpointer, state):
 
 
 def run_rl(config, setup, source, init_params, key, writer, workdir: str, *, stop_after_step=None):
-    """RL stage from `init_params` with the rollout `source` (`train.rollouts` or `train.agent`); returns (final
+    """RL stage from `init_params` with the rollout `source` (`train.single_turn` or `train.agent`); returns (final
     params, last eval metrics, steps done)."""
     rl = config.rl
     optimizer = rl_optimizer(config)

@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from tensorboardX import SummaryWriter
 
+from rl4llm.rl import aggregation
+
 # Console columns: (metric key, header, format).
 CONSOLE_COLUMNS = (
     ("reward", "reward", "{:.3f}"),
@@ -48,6 +50,21 @@ def reduce_updates(updates: list[dict]) -> dict:
     the others."""
     reduce = {"max": np.max, "min": np.min, None: np.mean}
     return {k: reduce[extremum(k)]([u[k] for u in updates]) for k in updates[0]}
+
+
+def token_statistics(logp, entropy, advantages, mask) -> dict:  # [N, T] each
+    """Whole-batch token statistics: entropy percentiles and the log-prob/advantage covariance.
+
+    `cov = mean_valid((A − mean_valid A)·(logp − mean_valid logp))`, the centred token covariance whose
+    sign predicts the entropy change under policy gradient (Cui et al. 2025, "The Entropy Mechanism of
+    RL for Reasoning LMs", ΔH ≈ −η·Cov(log π, A)).
+    """
+    centred_adv = advantages - aggregation.masked_mean(advantages, mask)
+    centred_logp = logp - aggregation.masked_mean(logp, mask)
+    stats = {"cov_logp_adv": aggregation.masked_mean(centred_adv * centred_logp, mask)}
+    for q in (10, 50, 90):
+        stats[f"entropy_p{q}"] = aggregation.masked_quantile(entropy, mask, q / 100)
+    return stats
 
 
 def _to_python(value):

@@ -46,8 +46,7 @@ def make_sft_step(model_cfg, optimizer: optax.GradientTransformation, chunk_size
         trainable = lora.trainable(state.params)
         loss, grads = jax.value_and_grad(lambda t: loss_fn(lora.with_trainable(state.params, t), tokens,
                                                            attention_mask, completion_mask))(trainable)
-        updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
-        params = lora.with_trainable(state.params, optax.apply_updates(trainable, updates))
+        params, opt_state = optim.apply_policy_update(optimizer, state.params, state.opt_state, grads)
         return SFTState(params=params, opt_state=opt_state), {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
     if layout is not None:
@@ -57,7 +56,7 @@ def make_sft_step(model_cfg, optimizer: optax.GradientTransformation, chunk_size
 
 def run_sft(config, setup, source, key, writer: metrics_lib.MetricsWriter, workdir: str):
     """Warm-start stage; returns (params, eval metrics of the warm-started policy). The rollout `source`
-    (`train.rollouts` or `train.agent`) gives the batches, `source.sft_batch(config, setup, step)` -> (tokens
+    (`train.single_turn` or `train.agent`) gives the batches, `source.sft_batch(config, setup, step)` -> (tokens
     [N, P+T], attention [N, P+T], completion mask [N, T]), and the evaluation, `source.evaluate(config, setup,
     params, key)`."""
     cfg = config.sft

@@ -95,7 +95,7 @@ def _step_timing(rollouts: RolloutBatch, t_learn: float, t_step: float) -> dict:
 
 
 def rl_step(source, config, setup, programs: RLPrograms, state, step: int):
-    """One synchronous RL step: the rollout `source`'s `collect` with the current params (`train.rollouts`,
+    """One synchronous RL step: the rollout `source`'s `collect` with the current params (`train.single_turn`,
     `train.agent`), then `learn_on_rollouts`."""
     t0 = time.time()
     rollouts = source.collect(config, setup, programs, state, step)

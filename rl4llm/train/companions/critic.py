@@ -64,12 +64,6 @@ def value_loss_weights(ccfg: CriticConfig, completion_mask: jax.Array) -> jax.Ar
     return aggregation.aggregation_weights(completion_mask, ccfg.agg_mode, norm_length=ccfg.agg_norm_length or None)
 
 
-def _split(tree, micro_batch_size: int):
-    n = jax.tree.leaves(tree)[0].shape[0]
-    m = micro_batch_size or n
-    return jax.tree.map(lambda x: x.reshape((n // m, m) + x.shape[1:]), tree)
-
-
 def _value_loss(ccfg: CriticConfig, values, mb: CriticBatch, agg_weights):  # values [m, T]
     """This micro-batch's share of the whole-batch value loss, and summed metrics."""
     loss, metrics = losses_lib.value_loss(
@@ -97,21 +91,17 @@ def value_loss_grads(model_cfg, ccfg: CriticConfig, state: learner_lib.TrainStat
         return _value_loss(ccfg, values, mb, weights)
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
-
-    def accumulate(carry, xs):
-        return jax.tree.map(jnp.add, carry, grad_fn(state.critic.params, *xs)), None
-
     weights = value_loss_weights(ccfg, batch.completion_mask)
-    xs = _split((batch, weights), ccfg.micro_batch_size)
+    xs = optim.split_microbatches((batch, weights), ccfg.micro_batch_size)
     sums0 = {"vf_loss": 0.0, "vf_clip_frac": 0.0, "tokens": 0.0}
     init = (jax.tree.map(jnp.zeros_like, state.critic.params), jax.tree.map(jnp.float32, sums0))
-    (grads, sums), _ = jax.lax.scan(accumulate, init, xs)
+    (grads, sums), _ = optim.accumulate(lambda x: (grad_fn(state.critic.params, *x), None), init, xs)
     return grads, _critic_metrics(sums)
 
 
 def _apply_critic_update(optimizer, critic: CriticState, grads) -> CriticState:
-    updates, opt_state = optimizer.update(grads, critic.opt_state, critic.params)
-    return critic.replace(params=optax.apply_updates(critic.params, updates), opt_state=opt_state)
+    params, opt_state = optim.apply_update(optimizer, critic.params, critic.opt_state, grads)
+    return critic.replace(params=params, opt_state=opt_state)
 
 
 def critic_step(model_cfg, ccfg: CriticConfig, optimizer, state: learner_lib.TrainState, batch: CriticBatch):

@@ -83,17 +83,16 @@ def prm_step(model_cfg, pcfg: PRMConfig, optimizer, state: learner_lib.TrainStat
         return jnp.sum(per_seq) / n, correct / n
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-    m = pcfg.micro_batch_size or n
-    micro = jax.tree.map(lambda x: x.reshape((n // m, m) + x.shape[1:]), batch)
+    micro = optim.split_microbatches(batch, pcfg.micro_batch_size)
 
-    def accumulate(carry, mb):
+    def part(mb):
         (loss, acc), grads = grad_fn(state.prm.params, mb)
-        return jax.tree.map(jnp.add, carry, (grads, loss, acc)), None
+        return (grads, loss, acc), None
 
     zeros = (jax.tree.map(jnp.zeros_like, state.prm.params), jnp.float32(0), jnp.float32(0))
-    (grads, loss, acc), _ = jax.lax.scan(accumulate, zeros, micro)
-    updates, opt_state = optimizer.update(grads, state.prm.opt_state, state.prm.params)
-    prm = state.prm.replace(params=optax.apply_updates(state.prm.params, updates), opt_state=opt_state)
+    (grads, loss, acc), _ = optim.accumulate(part, zeros, micro)
+    params, opt_state = optim.apply_update(optimizer, state.prm.params, state.prm.opt_state, grads)
+    prm = state.prm.replace(params=params, opt_state=opt_state)
     return state.replace(prm=prm), {"prm/loss": loss, "prm/accuracy": acc, "prm/grad_norm": optax.tree.norm(grads)}
 
 
