@@ -153,7 +153,7 @@ def sft_batch(config, setup: AgentSetup, step: int):
 def collect(config, setup: AgentSetup, programs, state, step: int, *, params_version: int | None = None
             ) -> step_lib.RolloutBatch:
     """The learner's inputs of agent RL step `step` (a pure function of the state and step; reads the state).
-    With a critic (`critic_lib.uses_critic`): its values of the record (`record_values`) go to the estimator with the
+    With a critic (`critic_lib.enabled`): its values of the record (`record_values`) go to the estimator with the
     turn layout, and its returns, on the policy tokens, to the critic's updates (`critic_batch`). `programs` are read
     through the setup's own log-prob program; `params_version` as the single-turn source's (synchronous only)."""
     del programs
@@ -172,7 +172,7 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, params_ver
     if "gt_logprobs" in registry.advantage_inputs(rl.advantage):
         answers = [task.answer for task in tasks for _ in range(rl.num_generations)]
         inputs["gt_logprobs"] = episodes.ground_truth_logprobs(setup, state.params, traj, answers, config.agent.answer_template)
-    if critic_lib.uses_critic(config):  # bilevel_gae, gae: the critic's values of the rollout
+    if critic_lib.enabled(config):  # bilevel_gae, gae: the critic's values of the rollout
         inputs["values"] = episodes.record_values(setup.model_cfg, state.critic.params, state.params, traj)
     t_gen = time.time() - t0
     mask = traj.loss_mask.astype(jnp.float32)

@@ -112,8 +112,8 @@ PROVIDERS: dict[str, Provider] = {
     "baseline_scores": Provider(_declared("baseline_scores"), _baseline_scores, host=True),
     "rewards": Provider(lambda config: config.rl.kl_in_reward, _kl_rewards),
     "seq_metric": Provider(_declared("seq_metric"), _seq_metric),
-    "values": Provider(critic_lib.uses_critic, _values),
-    "process_rewards": Provider(prime_lib.uses_prm, _process_rewards),
+    "values": Provider(critic_lib.enabled, _values),
+    "process_rewards": Provider(prime_lib.enabled, _process_rewards),
 }
 
 

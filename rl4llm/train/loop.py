@@ -75,8 +75,8 @@ def run_rl(config, setup, source, init_params, key, writer, workdir: str, *, sto
     params, last eval metrics, steps done)."""
     rl = config.rl
     optimizer = rl_optimizer(config)
-    critic_optimizer = critic_lib.make_critic_optimizer(config) if critic_lib.uses_critic(config) else None
-    prm_optimizer = prime_lib.make_prm_optimizer(config) if prime_lib.uses_prm(config) else None
+    critic_optimizer = critic_lib.make_critic_optimizer(config) if critic_lib.enabled(config) else None
+    prm_optimizer = prime_lib.make_prm_optimizer(config) if prime_lib.enabled(config) else None
     state = state_lib.initial_state(config, setup, init_params, optimizer, key, critic_optimizer, prm_optimizer)
     ckpt = checkpointing.Checkpointer(
         os.path.join(workdir, "checkpoints", "rl"), max_to_keep=config.checkpoint.max_to_keep

@@ -173,7 +173,7 @@ def make_values_fn(model_cfg, completion_len: int) -> Callable:
 # ------------------------------------------------------------------------------ from the job config
 
 
-def uses_critic(config) -> bool:
+def enabled(config) -> bool:
     """Whether the run trains a value model: the advantage estimator needs values (`registry.RETURNS_VALUE_TARGETS`:
     "gae"; the agent loop also "bilevel_gae")."""
     return config.rl.advantage in registry.RETURNS_VALUE_TARGETS

@@ -48,7 +48,7 @@ class PRMConfig:
     logprob_chunk_size: int
 
 
-def uses_prm(config) -> bool:
+def enabled(config) -> bool:
     """Whether the run trains an implicit PRM: the advantage estimator takes process rewards ("prime")."""
     return "process_rewards" in registry.advantage_inputs(config.rl.advantage)
 
