@@ -141,7 +141,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl.logprob_chunk_size = 64
     c.rl.logprob_vocab_chunk_size = 0  # > 0: vocabulary entries per logsumexp/entropy chunk (large vocabularies)
 
-    # PPO's value model (rl4llm.models.value_head, rl4llm.train.critic), trained when rl.advantage="gae".
+    # PPO's value model (rl4llm.models.value_head, rl4llm.train.companions.critic), trained when rl.advantage="gae".
     c.critic = ml_collections.ConfigDict()
     c.critic.shared_trunk = False  # True: a value head on the policy's decoder (one joint step); False: own decoder
     c.critic.checkpoint = ""  # Orbax critic params (value_head.save_critic); "" = initialise from the policy
@@ -153,7 +153,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.critic.value_loss_coef = 0.1  # shared trunk: weight of the value loss in the trunk's gradient (TRL vf_coef)
     c.critic.warmup_steps = 0  # the first RL steps update only the critic (the actor is unchanged)
 
-    # PRIME's implicit PRM (rl4llm.rl.prime, rl4llm.train.prime), trained when rl.advantage="prime".
+    # PRIME's implicit PRM (rl4llm.rl.prime, rl4llm.train.companions.prime), trained when rl.advantage="prime".
     c.prime = ml_collections.ConfigDict()
     c.prime.beta = 0.05  # r_t = beta * (log pi_phi - log pi_ref) (PRIME)
     c.prime.learning_rate = 1e-4  # the PRM's own AdamW

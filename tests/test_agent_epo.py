@@ -84,9 +84,9 @@ def _step(model_cfg, cfg: learner_lib.LearnerConfig):
 def _update(setup, params, cfg, batch, epo=None):
     step, optimizer = _step(setup.model_cfg, cfg)
     state = learner_lib.TrainState(params=jax.tree.map(jnp.copy, params), opt_state=optimizer.init(params),
-                                   ref_params=None, key=jax.random.key_data(jax.random.key(0)), epo=epo)
+                                   ref_params=None, key=jax.random.key_data(jax.random.key(0))).with_extras(epo=epo)
     state, metrics = step(state, batch, jax.random.key(0))
-    return np.asarray(ravel_pytree(state.params)[0]), jax.device_get(metrics), jax.device_get(state.epo)
+    return np.asarray(ravel_pytree(state.params)[0]), jax.device_get(metrics), jax.device_get(state.extra("epo"))
 
 
 def _batch(traj, over_turn_mask: bool):
@@ -217,7 +217,8 @@ def _grads(mean_entropy: float, counts: float = 10.0):
     cfg = _cfg(entropy_coef=0.0, use_old_logp=False, epo=_epo(kappa_low=0.5), micro_batch_size=2)
     history = epo_lib.EPOState(entropy_sums=jnp.full((2,), counts * mean_entropy), token_counts=jnp.full((2,), counts),
                                step=jnp.int32(75))
-    state = learner_lib.TrainState(params=_tiny_params(), opt_state=None, ref_params=None, key=None, epo=history)
+    state = learner_lib.TrainState(params=_tiny_params(), opt_state=None, ref_params=None, key=None).with_extras(
+        epo=history)
     pg = _grads_fn(cfg)(state, _hand_batch())
     return np.asarray(ravel_pytree(pg.grads)[0]), jax.device_get(pg.sums), np.asarray(pg.entropy)
 

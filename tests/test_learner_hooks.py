@@ -66,8 +66,7 @@ def _state(params, optimizer, **fields):
         opt_state=optimizer.init(params),
         ref_params=jax.tree.map(lambda x: x * 0.9, params),
         key=jax.random.key_data(jax.random.key(0)),
-        **fields,
-    )
+    ).with_extras(**fields)
 
 
 def _step(cfg, state, batch, optimizer):
@@ -147,8 +146,7 @@ def _rl_config(**rl):
 
 def _coef_state(kl_coef=None, entropy_coef=None):
     return learner_lib.TrainState(
-        params={}, opt_state=None, ref_params=None, key=None, kl_coef=kl_coef, entropy_coef=entropy_coef
-    )
+        params={}, opt_state=None, ref_params=None, key=None).with_extras(kl_coef=kl_coef, entropy_coef=entropy_coef)
 
 
 def test_adaptive_kl_coefficient_update_golden():
@@ -156,11 +154,11 @@ def test_adaptive_kl_coefficient_update_golden():
     state = _coef_state(kl_coef=jnp.float32(0.001))
     # KL 0.5 above target 0.1: error clip(5 − 1, ±0.2) = 0.2; β·(1 + 0.2·256/10000) = 0.00100512 (verl golden)
     up = controllers.update_controllers(config, state, current_kl=0.5, entropy=0.0, num_sequences=256)
-    np.testing.assert_allclose(up.kl_coef, 0.00100512, rtol=1e-6)
+    np.testing.assert_allclose(up.extra("kl_coef"), 0.00100512, rtol=1e-6)
     # KL 0.05 below target: error −0.5 clipped to −0.2 -> β·(1 − 0.2·256/10000)
     down = controllers.update_controllers(config, state, current_kl=0.05, entropy=0.0, num_sequences=256)
-    np.testing.assert_allclose(down.kl_coef, 0.001 * (1 - 0.2 * 256 / 10000), rtol=1e-6)
-    assert up.entropy_coef is None and down.kl_coef.dtype == jnp.float32
+    np.testing.assert_allclose(down.extra("kl_coef"), 0.001 * (1 - 0.2 * 256 / 10000), rtol=1e-6)
+    assert up.extra("entropy_coef") is None and down.extra("kl_coef").dtype == jnp.float32
 
 
 def test_adaptive_entropy_coefficient_moves_toward_the_target():
@@ -168,12 +166,12 @@ def test_adaptive_entropy_coefficient_moves_toward_the_target():
     state = _coef_state(entropy_coef=jnp.float32(0.01))
     low = controllers.update_controllers(config, state, current_kl=None, entropy=0.2, num_sequences=8)
     high = controllers.update_controllers(config, state, current_kl=None, entropy=0.9, num_sequences=8)
-    np.testing.assert_allclose(low.entropy_coef, 0.015, rtol=1e-6)  # entropy below target: bonus grows
-    np.testing.assert_allclose(high.entropy_coef, 0.005, rtol=1e-6)  # above target: bonus decays
+    np.testing.assert_allclose(low.extra("entropy_coef"), 0.015, rtol=1e-6)  # entropy below target: bonus grows
+    np.testing.assert_allclose(high.extra("entropy_coef"), 0.005, rtol=1e-6)  # above target: bonus decays
     floor = controllers.update_controllers(config, high, current_kl=None, entropy=0.9, num_sequences=8)
     floor = controllers.update_controllers(config, floor, current_kl=None, entropy=0.9, num_sequences=8)
-    assert float(floor.entropy_coef) == 0.0  # clipped at 0
-    assert low.kl_coef is None
+    assert float(floor.extra("entropy_coef")) == 0.0  # clipped at 0
+    assert low.extra("kl_coef") is None
 
 
 def test_fixed_coefficients_are_untouched():

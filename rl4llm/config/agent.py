@@ -44,7 +44,7 @@ def agent_defaults() -> ml_collections.ConfigDict:
     # Mini-o3 over-turn masking (Lai et al. 2025): trajectories cut by the turn cap or the context limit get no
     # loss (their advantages still enter their groups' statistics), so they are not penalised as failures.
     c.over_turn_mask = False
-    # EPO (Xu et al. 2025; train.epo, rl.multi_turn.epo_entropy_loss): L += -coef·(agg(H) - smooth_coef·w·agg(P)),
+    # EPO (Xu et al. 2025; train.companions.epo, rl.multi_turn.epo_entropy_loss): L += -coef·(agg(H) - smooth_coef·w·agg(P)),
     # P = alpha·[relu(kappa_low·H̄_k - H) + relu(H - kappa_high·H̄_k)] around turn index k's historical mean
     # entropy H̄_k, w = the phase weight of the RL step over total_epochs. Its entropy bonus adds to
     # config.rl.entropy_coef's.

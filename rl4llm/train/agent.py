@@ -171,9 +171,10 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, params_ver
                   turn_valid=traj.turn_valid)
     if "gt_logprobs" in registry.advantage_inputs(rl.advantage):
         answers = [task.answer for task in tasks for _ in range(rl.num_generations)]
-        inputs["gt_logprobs"] = episodes.ground_truth_logprobs(setup, state.params, traj, answers, config.agent.answer_template)
+        inputs["gt_logprobs"] = episodes.ground_truth_logprobs(setup, state.params, traj, answers,
+                                                               config.agent.answer_template)
     if critic_lib.enabled(config):  # bilevel_gae, gae: the critic's values of the rollout
-        inputs["values"] = episodes.record_values(setup.model_cfg, state.critic.params, state.params, traj)
+        inputs["values"] = episodes.record_values(setup.model_cfg, state.extra("critic").params, state.params, traj)
     t_gen = time.time() - t0
     mask = traj.loss_mask.astype(jnp.float32)
     advantages, returns = inputs_lib.advantages(
@@ -204,14 +205,15 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, params_ver
         critic = episodes.critic_batch(traj, inputs["values"], returns)
         host_metrics.update(critic_lib.value_metrics(inputs["values"], returns, mask))
     batch = episodes.learner_batch(traj, advantages, old_logp, over_turn_mask=config.agent.over_turn_mask)
-    return step_lib.RolloutBatch(step=step, params_version=step if params_version is None else params_version, batch=batch, critic_batch=critic, prm_batch=None,
-                                current_kl=None, host_metrics=host_metrics, t_gen=t_gen)
+    return step_lib.RolloutBatch(step=step, params_version=step if params_version is None else params_version,
+                                 batch=batch, critic_batch=critic, prm_batch=None, current_kl=None,
+                                 host_metrics=host_metrics, t_gen=t_gen)
 
 
 def evaluate(config, setup: AgentSetup, params, key) -> dict:
-    """Greedy episodes of the held-out tasks, `num_prompts x num_generations` envs per rollout (the last batch padded with repeats,
-    so one compiled shape): eval/success, eval/valid_action, eval/tool_success, eval/num_turns, ... and
-    eval/greedy_accuracy (= success, the main job's headline key)."""
+    """Greedy episodes of the held-out tasks, `num_prompts x num_generations` envs per rollout (the last batch
+    padded with repeats, so one compiled shape): eval/success, eval/valid_action, eval/tool_success,
+    eval/num_turns, ... and eval/greedy_accuracy (= success, the main job's headline key)."""
     tasks, batch_size = list(setup.eval_tasks), config.rl.num_prompts * config.rl.num_generations
     arrays = []
     for start in range(0, len(tasks), batch_size):

@@ -67,7 +67,8 @@ def sampler_snapshot(state) -> Any:
     learner step donates `state`'s device buffers while the sampler still generates from this version;
     host (numpy) leaves such as the selection state are never donated and are shared."""
     no_opt = lambda s: None if s is None else s.replace(opt_state=None)  # noqa: E731
-    view = state.replace(opt_state=None, critic=no_opt(state.critic), prm=no_opt(state.prm))
+    view = state.replace(opt_state=None).with_extras(critic=no_opt(state.extra("critic")),
+                                                     prm=no_opt(state.extra("prm")))
     return jax.tree.map(lambda x: jnp.copy(x) if isinstance(x, jax.Array) else x, view)
 
 

@@ -67,7 +67,7 @@ def _kl_rewards(d: StepData):
     estimators then score Σ_t r_t. Also the measured KL (the adaptive controller's input)."""
     rl = d.config.rl
     ref_logp = d.programs.behaviour_fn(learner_lib.reference_params(d.state), d.tokens, d.attention_mask)[0]
-    kl_coef = rl.kl_coef if d.state.kl_coef is None else d.state.kl_coef
+    kl_coef = rl.kl_coef if d.state.extra("kl_coef") is None else d.state.extra("kl_coef")
     rewards, current_kl = kl_lib.kl_in_reward(registry.last_token_rewards(jnp.asarray(d.scores), d.mask),
                                               d.behaviour[0], ref_logp, d.mask, coef=kl_coef, kind=rl.kl_kind)
     return {"rewards": rewards, "scores": jnp.sum(rewards, axis=-1), "current_kl": current_kl}, {"kl": current_kl}
@@ -80,13 +80,14 @@ def _seq_metric(d: StepData):
 
 def _values(d: StepData):
     """PPO: the critic's values of the rollout [N, T], once per step."""
-    return {"values": d.programs.values_fn(d.state.critic.params, d.state.params, d.tokens, d.attention_mask)}, {}
+    critic = d.state.extra("critic")
+    return {"values": d.programs.values_fn(critic.params, d.state.params, d.tokens, d.attention_mask)}, {}
 
 
 def _process_rewards(d: StepData):
     """PRIME: dense rewards β·(log π_φ − log π_ref) [N, T] of the implicit PRM, and the PRM's batch (its update on
     the outcome labels comes with the learner's, `train.step`)."""
-    prm_logp, ref_logp = d.programs.prm_logprobs_fn(d.state.prm, d.tokens, d.attention_mask)
+    prm_logp, ref_logp = d.programs.prm_logprobs_fn(d.state.extra("prm"), d.tokens, d.attention_mask)
     process = prime_rewards.implicit_process_rewards(prm_logp, ref_logp, d.mask, beta=d.config.prime.beta)
     prm_batch = prime_lib.PRMBatch(tokens=d.tokens, attention_mask=d.attention_mask, completion_mask=d.mask,
                                    ref_logp=ref_logp, labels=jnp.clip(jnp.asarray(d.scores, jnp.float32), 0.0, 1.0))

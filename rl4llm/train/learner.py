@@ -41,16 +41,22 @@ class TrainState(flax.struct.PyTreeNode):
     opt_state: Any  # optimizer state of lora.trainable(params)
     ref_params: Any  # frozen reference policy for KL (the warm-start params); None when KL is off
     key: jax.Array  # uint32 key data; the draws of RL step s come from fold_in(key, s)
-    # Adaptive coefficients (float32 scalars) when the run adapts them (config.rl.kl_target /
-    # config.rl.entropy_target > 0); None: the fixed LearnerConfig value is used.
-    kl_coef: Any = None
-    entropy_coef: Any = None
-    critic: Any = None  # train.critic.CriticState of PPO's value model (rl.advantage="gae"); None otherwise
-    prm: Any = None  # train.prime.PRMState of PRIME's implicit PRM (rl.advantage="prime"); None otherwise
+    # What a run adds to the policy, by name, present only when it is on: the controllers' adaptive coefficients
+    # ("kl_coef", "entropy_coef": float32 scalars, config.rl.kl_target / entropy_target > 0; absent: the fixed
+    # LearnerConfig value) and the companions' states ("critic", "prm", "epo": `train.companions`).
+    extras: dict = flax.struct.field(default_factory=dict)
     # rl4llm.data.selection.SelectionState (host numpy: per-prompt statistics, replay buffer) under
     # config.selection's per-prompt methods; None otherwise. Checkpointed; never an input of the jitted step.
     selection: Any = None
-    epo: Any = None  # train.epo.EPOState: EPO's per-turn entropy history (config.agent.epo.coef > 0); None otherwise
+
+    def extra(self, name: str):
+        """`extras[name]`, or None when the run has no such state."""
+        return self.extras.get(name)
+
+    def with_extras(self, **values) -> "TrainState":
+        """This state with `extras[name] = value` for each (a None value removes the entry)."""
+        extras = {**self.extras, **values}
+        return self.replace(extras={k: v for k, v in extras.items() if v is not None})
 
 
 class LearnerBatch(flax.struct.PyTreeNode):
@@ -85,7 +91,7 @@ class LearnerConfig:
     tis_cap: float = 0.0  # > 0: truncated IS weights against the sampler log-probs on the policy loss
     tis_level: str = "token"  # "token" | "sequence" (losses.truncated_is_weights)
     logprob_vocab_chunk_size: int = 0  # > 0: vocabulary entries projected at once (online logsumexp); 0: all
-    epo: tuple = ()  # EPO's settings (train.epo.learner_settings); (): no EPO term
+    epo: tuple = ()  # EPO's settings (train.companions.epo.learner_settings); (): no EPO term
     agg_norm_length: float = 0.0  # C of "seq-mean-token-sum-norm" (Dr.GRPO's run constant); 0: the padded length
 
 
@@ -100,8 +106,9 @@ def coefficients(cfg: LearnerConfig, state: TrainState) -> tuple:
     fixed ones from the config. The KL term is on iff `cfg.kl_coef > 0`; the entropy term iff the
     coefficient is adaptive or `cfg.entropy_coef != 0` (a negative one minimises entropy).
     """
-    kl_coef = None if cfg.kl_coef <= 0 else (cfg.kl_coef if state.kl_coef is None else state.kl_coef)
-    entropy_coef = state.entropy_coef if state.entropy_coef is not None else (cfg.entropy_coef or None)
+    kl_coef = None if cfg.kl_coef <= 0 else (cfg.kl_coef if state.extra("kl_coef") is None else state.extra("kl_coef"))
+    entropy_coef = state.extra("entropy_coef")
+    entropy_coef = entropy_coef if entropy_coef is not None else (cfg.entropy_coef or None)
     return kl_coef, entropy_coef
 
 
@@ -183,7 +190,7 @@ def _microbatch_loss(
     `token_stats`: the micro-batch's slice of `minibatch_token_stats` (None: the loss computes its own).
     `head_loss(head_params, hidden [m, T, E], head_mb) -> (loss, sums)`: a loss read from the same completion
     hidden states as the log-probs (one decoder forward), added to the policy loss (`HeadLoss`).
-    `epo`: the state's `train.epo.EPOState` (read when `cfg.epo` is set)."""
+    `epo`: the state's `train.companions.epo.EPOState` (read when `cfg.epo` is set)."""
     completion_len = mb.completion_mask.shape[1]
     hidden = models.completion_hidden(model_cfg, params, mb.tokens, mb.attention_mask, completion_len)  # [m, T, E]
     logp, entropy = logprobs_lib.logprobs_from_hidden(model_cfg, params, hidden, mb.tokens[:, -completion_len:],
@@ -229,7 +236,7 @@ def _microbatch_loss(
 
 class HeadLoss(NamedTuple):
     """A loss on the policy's completion hidden states trained with the policy loss in the same forward pass:
-    a shared-trunk value head (`train.critic.shared_trunk_step`). Its gradient flows into the policy's params
+    a shared-trunk value head (`train.companions.critic.shared_trunk_step`). Its gradient flows into the policy's params
     as `loss_fn` lets it (the value head scales it by value_loss_coef)."""
 
     loss_fn: Callable  # (params, hidden [m, T, E], micro-batch of `batch`) -> (loss, summed metrics)
@@ -268,7 +275,7 @@ def policy_gradients(model_cfg, cfg: LearnerConfig, state: TrainState, batch: Le
 
     def loss_fn(t, h, mb, mb_weights, mb_stats, mb_head):
         return _microbatch_loss(model_cfg, cfg, lora.with_trainable(state.params, t), ref_params, coefs, mb,
-                                mb_weights, mb_stats, key, head_fn, h, mb_head, state.epo)
+                                mb_weights, mb_stats, key, head_fn, h, mb_head, state.extra("epo"))
 
     grad_fn = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
 
@@ -313,8 +320,9 @@ def apply_policy_gradients(optimizer: optax.GradientTransformation, state: Train
     metrics.update(pg.extremes)
     metrics.update(metrics_lib.token_statistics(pg.logp, pg.entropy, batch.advantages, batch.completion_mask))
     state = state.replace(params=params, opt_state=opt_state)
-    if state.epo is not None:  # EPO: this update's entropies join the per-turn history of the next updates
-        state = state.replace(epo=epo_lib.accumulate(state.epo, pg.entropy, batch.turn_id, batch.completion_mask))
+    if state.extra("epo") is not None:  # EPO: this update's entropies join the per-turn history of the next updates
+        state = state.with_extras(epo=epo_lib.accumulate(state.extra("epo"), pg.entropy, batch.turn_id,
+                                                         batch.completion_mask))
     return state, metrics
 
 

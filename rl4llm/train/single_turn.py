@@ -79,9 +79,9 @@ def learner_batch(config, data: inputs_lib.StepData, rollout, products: dict, ad
 
 
 def collect(config, setup: Setup, programs, state, step: int, *, params_version: int | None = None) -> RolloutBatch:
-    """The learner's inputs of RL step `step`: the scored rollout (`rollouts.rollout_and_score`), the rollout policy's forward
-    pass when needed, the estimator's standard inputs (`train.inputs`), advantages and the LearnerBatch. Reads
-    `state` and never updates it. `params_version`: RL steps done by `state.params` (default `step`: synchronous)."""
+    """The learner's inputs of RL step `step`: the scored rollout (`rollouts.rollout_and_score`), the rollout
+    policy's forward pass when needed, the estimator's standard inputs (`train.inputs`), advantages and the
+    LearnerBatch. Reads `state` and never updates it. `params_version`: RL steps done by `state.params` (default `step`: synchronous)."""
     rl = config.rl
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()

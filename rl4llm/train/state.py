@@ -23,6 +23,7 @@ def init_rl_state(config, init_params, optimizer, key, critic=None, prm=None) ->
         # LoRA: the reference is the frozen base with adapters off (learner.reference_params), no copy.
         ref_params=jax.tree.map(jnp.copy, init_params) if rl.kl_coef > 0 and not lora.has_adapters(init_params) else None,
         key=jax.random.key_data(jax.random.fold_in(key, 1)),
+    ).with_extras(
         kl_coef=jnp.asarray(rl.kl_coef, jnp.float32) if rl.kl_target > 0 else None,
         entropy_coef=jnp.asarray(rl.entropy_coef, jnp.float32) if rl.entropy_target > 0 else None,
         critic=critic,

@@ -52,7 +52,7 @@ def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatc
     )
     state = state.replace(selection=None)  # host-side selection state: not an input of the jitted updates
     state = epo_lib.update(state, step)
-    if rollouts.prm_batch is not None:  # PRIME: the PRM's update on the outcome labels (touches state.prm only)
+    if rollouts.prm_batch is not None:  # PRIME: the PRM's update on the outcome labels (touches extras["prm"] only)
         state, prm_metrics = programs.prm_step(state, rollouts.prm_batch)
         host_metrics.update(prm_metrics)
     batch, critic_batch = rollouts.batch, rollouts.critic_batch
@@ -75,7 +75,8 @@ def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatc
     if actor_frozen:  # critic warm-up: no actor update, so no controller update and no reference reset
         metrics["critic/warmup"] = 1.0
     else:
-        state = controllers.after_step(config, programs.optimizer, state, step, metrics, updates[0], rollouts.current_kl)
+        state = controllers.after_step(config, programs.optimizer, state, step, metrics, updates[0],
+                                       rollouts.current_kl)
     if rl.async_rollouts:
         metrics["async/staleness"] = float(staleness)
     metrics.update(host_metrics)

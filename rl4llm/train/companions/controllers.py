@@ -17,16 +17,16 @@ def update_controllers(config, state, *, current_kl, entropy, num_sequences: int
     token entropy is below the target. `current_kl` / `entropy` are the step's measurements.
     """
     rl = config.rl
-    if state.kl_coef is not None:
+    if state.extra("kl_coef") is not None:
         kl_coef = kl_lib.adaptive_kl_coef(
-            state.kl_coef, current_kl, num_sequences, target=rl.kl_target, horizon=rl.kl_horizon
+            state.extra("kl_coef"), current_kl, num_sequences, target=rl.kl_target, horizon=rl.kl_horizon
         )
-        state = state.replace(kl_coef=jnp.asarray(kl_coef, jnp.float32))
-    if state.entropy_coef is not None:
+        state = state.with_extras(kl_coef=jnp.asarray(kl_coef, jnp.float32))
+    if state.extra("entropy_coef") is not None:
         entropy_coef = entropy_lib.adaptive_entropy_coef(
-            state.entropy_coef, entropy, target=rl.entropy_target, delta=rl.entropy_coef_delta
+            state.extra("entropy_coef"), entropy, target=rl.entropy_target, delta=rl.entropy_coef_delta
         )
-        state = state.replace(entropy_coef=jnp.asarray(entropy_coef, jnp.float32))
+        state = state.with_extras(entropy_coef=jnp.asarray(entropy_coef, jnp.float32))
     return state
 
 
@@ -48,7 +48,7 @@ def after_step(config, optimizer, state, step: int, metrics: dict, first: dict, 
     # The sampler/learner gap and the step's KL / entropy are measured before any update of this step.
     metrics["logp_gap_sampler_learner"] = first["logp_gap_sampler_learner"]
     # The learner carries adaptive coefficients through unchanged: these are the values this step used.
-    coefs = {"kl_coef": state.kl_coef, "entropy_coef": state.entropy_coef}
+    coefs = {"kl_coef": state.extra("kl_coef"), "entropy_coef": state.extra("entropy_coef")}
     metrics.update({k: v for k, v in jax.device_get(coefs).items() if v is not None})
     state = update_controllers(
         config,

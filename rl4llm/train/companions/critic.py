@@ -1,7 +1,7 @@
 """PPO's critic: value-model state, the jitted (donated) critic step, and the shared-trunk joint step.
 
 The critic is `models.value_head` params (a separate decoder + head, or a head on the policy's trunk)
-with its own optimizer and learning rate, carried in `TrainState.critic`. Its loss is verl's clipped
+with its own optimizer and learning rate, carried in `TrainState.extras["critic"]`. Its loss is verl's clipped
 value loss (`rl.losses.value_loss`: `½·agg(max((V−R)², (clip(V, V_old ± c_v)−R)²))`), aggregated with
 whole-minibatch weights (`rl.aggregation.aggregation_weights`) and accumulated over micro-batches in a
 `lax.scan`, so the update does not depend on the micro-batch size (as in the actor's `learner_step`).
@@ -94,8 +94,8 @@ def value_loss_grads(model_cfg, ccfg: CriticConfig, state: learner_lib.TrainStat
     weights = value_loss_weights(ccfg, batch.completion_mask)
     xs = optim.split_microbatches((batch, weights), ccfg.micro_batch_size)
     sums0 = {"vf_loss": 0.0, "vf_clip_frac": 0.0, "tokens": 0.0}
-    init = (jax.tree.map(jnp.zeros_like, state.critic.params), jax.tree.map(jnp.float32, sums0))
-    (grads, sums), _ = optim.accumulate(lambda x: (grad_fn(state.critic.params, *x), None), init, xs)
+    init = (jax.tree.map(jnp.zeros_like, state.extra("critic").params), jax.tree.map(jnp.float32, sums0))
+    (grads, sums), _ = optim.accumulate(lambda x: (grad_fn(state.extra("critic").params, *x), None), init, xs)
     return grads, _critic_metrics(sums)
 
 
@@ -108,7 +108,7 @@ def critic_step(model_cfg, ccfg: CriticConfig, optimizer, state: learner_lib.Tra
     """One critic update (critic params only; the policy is read, never changed) -> (state, metrics)."""
     grads, metrics = value_loss_grads(model_cfg, ccfg, state, batch)
     metrics["critic/grad_norm"] = optax.tree.norm(grads)
-    return state.replace(critic=_apply_critic_update(optimizer, state.critic, grads)), metrics
+    return state.with_extras(critic=_apply_critic_update(optimizer, state.extra("critic"), grads)), metrics
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -143,13 +143,14 @@ def shared_trunk_step(model_cfg, lcfg: learner_lib.LearnerConfig, ccfg: CriticCo
     `optimizer` on `∇(policy loss) + value_loss_coef·∇(value loss)`, the value head by `critic_optimizer` on
     `∇(value loss)`. Micro-batches of `lcfg.micro_batch_size` (the critic's is the same, `rl.micro_batch_size`)."""
     head = learner_lib.HeadLoss(
-        loss_fn=functools.partial(_head_value_loss, ccfg), params=state.critic.params,
+        loss_fn=functools.partial(_head_value_loss, ccfg), params=state.extra("critic").params,
         batch=(critic_batch, value_loss_weights(ccfg, critic_batch.completion_mask)),
     )
     pg = learner_lib.policy_gradients(model_cfg, lcfg, state, batch, key, head)
     new_state, actor_metrics = learner_lib.apply_policy_gradients(optimizer, state, batch, pg)
     metrics = {**actor_metrics, **_critic_metrics(pg.head_sums), "critic/grad_norm": optax.tree.norm(pg.head_grads)}
-    return new_state.replace(critic=_apply_critic_update(critic_optimizer, state.critic, pg.head_grads)), metrics
+    critic = _apply_critic_update(critic_optimizer, state.extra("critic"), pg.head_grads)
+    return new_state.with_extras(critic=critic), metrics
 
 
 def make_critic_step(model_cfg, ccfg: CriticConfig, optimizer) -> Callable:

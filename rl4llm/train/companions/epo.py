@@ -2,7 +2,7 @@
 
 The loss term is `rl.multi_turn.epo_entropy_loss` (entropy bonus minus the differentiable hinge corridor around
 each turn index's historical mean entropy), added to the policy loss with the policy loss's aggregation weights
-(so micro-batching does not change it). Its state lives in `TrainState.epo` (checkpointed with the rest, so a
+(so micro-batching does not change it). Its state lives in `TrainState.extras["epo"]` (checkpointed with the rest, so a
 resumed run continues exactly):
 
 * the history `(Σ H, Σ 1)` per turn index k over the action tokens of every learner update so far
@@ -45,19 +45,19 @@ def enabled(config) -> bool:
 
 def init(config, setup, state):
     """`state` with an empty EPO history of the env's turn cap (`setup.mt_cfg.max_turns`) when EPO is on."""
-    return state.replace(epo=init_state(setup.mt_cfg.max_turns)) if enabled(config) else state
+    return state.with_extras(epo=init_state(setup.mt_cfg.max_turns)) if enabled(config) else state
 
 
 def update(state, step: int):
     """Before RL step `step`'s updates: the step being learned (the phase weight's epoch)."""
-    if state.epo is None:
+    if state.extra("epo") is None:
         return state
-    return state.replace(epo=state.epo.replace(step=jnp.asarray(step, jnp.int32)))
+    return state.with_extras(epo=state.extra("epo").replace(step=jnp.asarray(step, jnp.int32)))
 
 
 def after_step(config, state, step: int, metrics: dict) -> None:
     """After RL step `step`: logs the phase weight it used (epo/phase_weight)."""
-    if state.epo is not None:
+    if state.extra("epo") is not None:
         weight = multi_turn.epo_phase_weight(step, total_epochs=config.agent.epo.total_epochs)
         metrics["epo/phase_weight"] = float(weight)
 

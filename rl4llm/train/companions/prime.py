@@ -1,7 +1,7 @@
 """PRIME's implicit PRM in the training loop (Cui et al. 2025, "Process Reinforcement through Implicit Rewards").
 
 The PRM π_φ is a second decoder initialised from the warm-start policy, which is also its frozen reference
-π_ref (both carried in `TrainState.prm`). Each RL step: the PRM and reference log-probs of the rollout give
+π_ref (both carried in `TrainState.extras["prm"]`). Each RL step: the PRM and reference log-probs of the rollout give
 the dense rewards `r_t = β·(log π_φ − log π_ref)` (`rl.prime.implicit_process_rewards`) for the "prime"
 advantage, then the PRM takes one AdamW step on the batch's outcome labels (cross-entropy on the sequence
 reward `β·Σ_t (log π_φ − log π_ref)`, `rl.prime.implicit_prm_loss`), i.e. the rewards of a batch come from
@@ -86,14 +86,14 @@ def prm_step(model_cfg, pcfg: PRMConfig, optimizer, state: learner_lib.TrainStat
     micro = optim.split_microbatches(batch, pcfg.micro_batch_size)
 
     def part(mb):
-        (loss, acc), grads = grad_fn(state.prm.params, mb)
+        (loss, acc), grads = grad_fn(state.extra("prm").params, mb)
         return (grads, loss, acc), None
 
-    zeros = (jax.tree.map(jnp.zeros_like, state.prm.params), jnp.float32(0), jnp.float32(0))
+    zeros = (jax.tree.map(jnp.zeros_like, state.extra("prm").params), jnp.float32(0), jnp.float32(0))
     (grads, loss, acc), _ = optim.accumulate(part, zeros, micro)
-    params, opt_state = optim.apply_update(optimizer, state.prm.params, state.prm.opt_state, grads)
-    prm = state.prm.replace(params=params, opt_state=opt_state)
-    return state.replace(prm=prm), {"prm/loss": loss, "prm/accuracy": acc, "prm/grad_norm": optax.tree.norm(grads)}
+    params, opt_state = optim.apply_update(optimizer, state.extra("prm").params, state.extra("prm").opt_state, grads)
+    prm = state.extra("prm").replace(params=params, opt_state=opt_state)
+    return state.with_extras(prm=prm), {"prm/loss": loss, "prm/accuracy": acc, "prm/grad_norm": optax.tree.norm(grads)}
 
 
 def make_prm_step(model_cfg, pcfg: PRMConfig, optimizer) -> Callable:
