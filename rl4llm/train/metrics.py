@@ -29,9 +29,10 @@ CONSOLE_COLUMNS = (
 
 
 def extremum(key: str) -> str | None:
-    """How a loss metric combines over micro-batches and updates (the kernels' metric contract): a key ending in
-    `_max` / `_min` is a maximum / minimum over the batch's tokens ("max" / "min": the largest / smallest of the
-    parts'); every other is a token mean (None: the parts' token-weighted (sum, count), divided once)."""
+    """How a loss metric combines over the micro-batches of an update (the kernels' metric contract): a key ending
+    in `_max` / `_min` is a maximum / minimum over the batch's tokens ("max" / "min": the largest / smallest of the
+    parts'); every other is a token mean (None: the parts' token-weighted (sum, count), divided once). A step's
+    metrics are the means over its updates of each update's (`train.step.learn_on_rollouts`)."""
     return "max" if key.endswith("_max") else "min" if key.endswith("_min") else None
 
 
@@ -43,13 +44,6 @@ def combine_extremes(a: dict, b: dict) -> dict:
 def no_extremes(shapes: dict) -> dict:
     """The identity of `combine_extremes`: -inf for maxima, +inf for minima (shapes: abstract values)."""
     return {k: jnp.full(s.shape, -jnp.inf if extremum(k) == "max" else jnp.inf, s.dtype) for k, s in shapes.items()}
-
-
-def reduce_updates(updates: list[dict]) -> dict:
-    """A step's metrics from those of its optimizer updates: the maximum / minimum of `extremum` keys, the mean of
-    the others."""
-    reduce = {"max": np.max, "min": np.min, None: np.mean}
-    return {k: reduce[extremum(k)]([u[k] for u in updates]) for k in updates[0]}
 
 
 def token_statistics(logp, entropy, advantages, mask) -> dict:  # [N, T] each

@@ -10,10 +10,10 @@ import time
 from typing import Any
 
 import jax
+import numpy as np
 
 from rl4llm.train import async_rollouts as async_lib
 from rl4llm.train import learner as learner_lib
-from rl4llm.train import metrics as metrics_lib
 from rl4llm.train.companions import controllers
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import epo as epo_lib
@@ -71,7 +71,7 @@ def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatc
                                             actor_frozen=actor_frozen)
             updates.append(update_metrics)
     updates = jax.device_get(updates)
-    metrics = metrics_lib.reduce_updates(updates)
+    metrics = {k: np.mean([u[k] for u in updates]) for k in updates[0]}  # the mean over the step's updates
     if actor_frozen:  # critic warm-up: no actor update, so no controller update and no reference reset
         metrics["critic/warmup"] = 1.0
     else:
