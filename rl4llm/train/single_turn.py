@@ -51,7 +51,7 @@ def evaluate(config, setup: Setup, params, key) -> dict:
     )
 
 
-def learner_batch(config, data: inputs_lib.StepData, rollout, products: dict, advantages):
+def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advantages):
     """The step's LearnerBatch [N, ...]: PPO's old log-probs (the behaviour pass with several updates per step, else
     the sampler's), the forking-token mask (80/20), Lp-Reg's proxy log-probs and GBPO's targets when configured."""
     rl = config.rl
@@ -70,8 +70,7 @@ def learner_batch(config, data: inputs_lib.StepData, rollout, products: dict, ad
         ),
         proxy_logp=behaviour[2] if "proxy_logp" in loss_inputs else None,
         target_advantages=(
-            advantages_lib.gbpo_targets(products.get("scores", jnp.asarray(data.scores)), data.group_ids,
-                                        num_groups=rl.num_prompts)
+            advantages_lib.gbpo_targets(adv_scores, data.group_ids, num_groups=rl.num_prompts)
             if "target_advantages" in loss_inputs
             else None
         ),
@@ -103,8 +102,9 @@ def collect(config, setup: Setup, programs, state, step: int, *, params_version:
     products.update(device_products)
     host_metrics.update({**metrics, **device_metrics})
     advantage_inputs = registry.advantage_inputs(rl.advantage)
+    adv_scores = products.pop("scores", jnp.asarray(scores))  # KL in the reward: Σ_t token rewards
     advantages, returns = inputs_lib.advantages(
-        products.get("scores", jnp.asarray(scores)), data.group_ids, mask, name=rl.advantage,
+        adv_scores, data.group_ids, mask, name=rl.advantage,
         num_groups=rl.num_prompts, kwargs=tuple(sorted(inputs_lib.advantage_kwargs(config).items())),
         **{k: v for k, v in products.items() if k in advantage_inputs},
     )
@@ -116,7 +116,7 @@ def collect(config, setup: Setup, programs, state, step: int, *, params_version:
         host_metrics.update(critic_lib.value_metrics(products["values"], returns, mask))
     return RolloutBatch(
         step=step, params_version=step if params_version is None else params_version,
-        batch=learner_batch(config, data, rollout, products, advantages), critic_batch=critic_batch,
+        batch=learner_batch(config, data, rollout, adv_scores, advantages), critic_batch=critic_batch,
         prm_batch=products.get("prm_batch"), current_kl=products.get("current_kl"), host_metrics=host_metrics,
         t_gen=t_gen, selection=selection,
     )
