@@ -83,7 +83,10 @@ def _templates(config, setup):
 
 def _restore(workdir, stage, step, name, target):
     ckpt = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints", stage))
-    entry, _ = ckpt.restore_entry(step, name, target)
+    if name == "params":
+        entry, _ = ckpt.restore_entry(step, name, target)
+    else:  # a companion's state: TrainState.extras[name]
+        entry = ckpt.restore_entry(step, "extras", {name: target})[0][name]
     ckpt.close()
     return entry
 

@@ -278,7 +278,7 @@ def test_epo_history_is_checkpointed_and_a_resumed_run_equals_the_uninterrupted_
     histories = []
     for workdir in (full, resumed):
         ckpt = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints", "rl"))
-        histories.append([ckpt.restore_entry(step, "epo", empty)[0] for step in (1, 2)])
+        histories.append([ckpt.restore_entry(step, "extras", {"epo": empty})[0]["epo"] for step in (1, 2)])
         ckpt.close()
     (after_1, after_2), (_, resumed_2) = histories
     assert 0 < after_1.token_counts.sum() < after_2.token_counts.sum()
