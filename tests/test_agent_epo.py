@@ -153,10 +153,10 @@ def test_epo_with_zero_coef_is_the_baseline_learner_step_and_the_update_extends_
     config = agent_config()
     optimizer = optim.make_optimizer(1e-3, 0, 0.0, 0.0)
     assert config.agent.epo.coef == 0 and programs.learner_config(config).epo == ()
-    assert state_lib.initial_state(config, setup, params, optimizer, jax.random.key(0)).epo is None
+    assert state_lib.initial_state(config, setup, params, optimizer, jax.random.key(0)).extra("epo") is None
     config.agent.epo.coef = 0.001
     assert dict(programs.learner_config(config).epo)["coef"] == 0.001
-    epo = state_lib.initial_state(config, setup, params, optimizer, jax.random.key(0)).epo
+    epo = state_lib.initial_state(config, setup, params, optimizer, jax.random.key(0)).extra("epo")
     assert epo.entropy_sums.shape == (setup.mt_cfg.max_turns,) == (4,) and not epo.token_counts.any()
 
     batch = _batch(traj, False)
