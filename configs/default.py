@@ -17,8 +17,8 @@ import ml_collections
 from rl4llm.data import tasks
 from rl4llm.rewards import length as length_lib
 from rl4llm.rl import registry
-from rl4llm.train import agent_config
-from rl4llm.train import config_validation
+from rl4llm import config as config_lib
+from rl4llm.config import agent as agent_config
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -43,7 +43,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.task.extra_rewards = ""
     c.task.extra_rewards_mode = "sum"
     c.task.length_shaping = "none"  # rl4llm.rewards.length.LENGTH_SHAPING
-    c.task.length_shaping_kwargs = config_validation.hyperparameter_fields(
+    c.task.length_shaping_kwargs = config_lib.hyperparameter_fields(
         length_lib.LENGTH_SHAPING, length_lib.STANDARD_INPUTS
     )
     c.task.pseudo_labels = "none"  # "majority_vote": label-free rewards (TTRL)
@@ -102,9 +102,9 @@ def get_config() -> ml_collections.ConfigDict:
     # Methods by registry name. `*_kwargs` hold every hyper-parameter of every registered method as
     # None = "the method's default"; set ones are checked against the selected method's signature.
     c.rl.advantage = "grpo"
-    c.rl.advantage_kwargs = config_validation.hyperparameter_fields(registry.ADVANTAGES, registry.ADVANTAGE_INPUTS)
+    c.rl.advantage_kwargs = config_lib.hyperparameter_fields(registry.ADVANTAGES, registry.ADVANTAGE_INPUTS)
     c.rl.loss = "ppo_clip"
-    c.rl.loss_kwargs = config_validation.hyperparameter_fields(registry.POLICY_LOSSES, registry.LOSS_INPUTS)
+    c.rl.loss_kwargs = config_lib.hyperparameter_fields(registry.POLICY_LOSSES, registry.LOSS_INPUTS)
     c.rl.agg_mode = "token-mean"
     # C of agg_mode="seq-mean-token-sum-norm" (Dr.GRPO: token sums / C, averaged over sequences), fixed for the run;
     # 0 = the run's response budget (sampling.max_new_tokens; agent runs: agent.max_context)
@@ -141,7 +141,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl.logprob_chunk_size = 64
     c.rl.logprob_vocab_chunk_size = 0  # > 0: vocabulary entries per logsumexp/entropy chunk (large vocabularies)
 
-    # PPO's value model (rl4llm.models.value_head, rl4llm.train.critic), trained when rl.advantage="gae".
+    # PPO's value model (rl4llm.models.value_head, rl4llm.train.companions.critic), trained when rl.advantage="gae".
     c.critic = ml_collections.ConfigDict()
     c.critic.shared_trunk = False  # True: a value head on the policy's decoder (one joint step); False: own decoder
     c.critic.checkpoint = ""  # Orbax critic params (value_head.save_critic); "" = initialise from the policy
@@ -153,7 +153,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.critic.value_loss_coef = 0.1  # shared trunk: weight of the value loss in the trunk's gradient (TRL vf_coef)
     c.critic.warmup_steps = 0  # the first RL steps update only the critic (the actor is unchanged)
 
-    # PRIME's implicit PRM (rl4llm.rl.prime, rl4llm.train.prime), trained when rl.advantage="prime".
+    # PRIME's implicit PRM (rl4llm.rl.prime, rl4llm.train.companions.prime), trained when rl.advantage="prime".
     c.prime = ml_collections.ConfigDict()
     c.prime.beta = 0.05  # r_t = beta * (log pi_phi - log pi_ref) (PRIME)
     c.prime.learning_rate = 1e-4  # the PRM's own AdamW
@@ -184,8 +184,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.selection.curriculum_start_operands = 2
     c.selection.curriculum_start_max_value = 9
 
-    # Multi-turn agents (rl4llm.train.agent_trainer): env "" = off; an env name runs SFT on its expert episodes
-    # then RL on it (configs/agent_*.py). Fields and defaults: rl4llm.train.agent_config.agent_defaults.
+    # Multi-turn agents (rl4llm.train.agent): env "" = off; an env name runs SFT on its expert episodes
+    # then RL on it (configs/agent_*.py). Fields and defaults: rl4llm.config.agent.agent_defaults.
     c.agent = agent_config.agent_defaults()
 
     # Held-out evaluation every `every` RL steps (rl4llm.train.evaluate): greedy accuracy and response length; pass@k,

@@ -78,8 +78,9 @@ from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.rl import registry
 from rl4llm.rl import advantages as advantages_lib
 from rl4llm.train import batches
-from rl4llm.train import critic as critic_lib
 from rl4llm.train import learner
+from rl4llm.train import optim
+from rl4llm.train.companions import critic as critic_lib
 
 PAD_ID = 0
 MIB = 1 << 20
@@ -192,8 +193,8 @@ def learner_config(logprob_chunk_size: int, micro_batch_size: int = 0) -> learne
 
 def make_optimizer() -> optax.GradientTransformation:
     """Adam (lr 1e-5, b1 0.9, b2 0.999, eps 1e-8), constant lr, no weight decay, no clipping."""
-    return learner.make_optimizer(learning_rate=1e-5, warmup_steps=0, weight_decay=0.0, grad_clip=0.0,
-                                  b1=0.9, b2=0.999, eps=1e-8)
+    return optim.make_optimizer(learning_rate=1e-5, warmup_steps=0, weight_decay=0.0, grad_clip=0.0,
+                                b1=0.9, b2=0.999, eps=1e-8)
 
 
 def init_state(model_cfg: models.ModelConfig, key: jax.Array, optimizer=None, critic: bool = False
@@ -211,8 +212,8 @@ def init_state(model_cfg: models.ModelConfig, key: jax.Array, optimizer=None, cr
         critic_params = value_head.init_critic(model_cfg, params, shared_trunk=False)
         critic_state = critic_lib.CriticState(params=critic_params, opt_state=make_optimizer().init(critic_params))
     return learner.TrainState(params=params, opt_state=optimizer.init(params),
-                              ref_params=jax.tree.map(jnp.copy, params), key=jax.random.key_data(state_key),
-                              critic=critic_state)
+                              ref_params=jax.tree.map(jnp.copy, params),
+                              key=jax.random.key_data(state_key)).with_extras(critic=critic_state)
 
 
 def random_prompts(wl: Workload, vocab_size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -295,7 +296,7 @@ def critic_update(programs: Programs, state: learner.TrainState, rollout: sampli
     """PPO: the rollout's values, GAE, one critic update -> (state, whitened advantages [N, T])."""
     tokens, attention_mask = joined(rollout)
     mask = rollout.completion_mask.astype(jnp.float32)
-    values = programs.values_fn(state.critic.params, state.params, tokens, attention_mask)
+    values = programs.values_fn(state.extra("critic").params, state.params, tokens, attention_mask)
     advantages, returns = gae_advantages(scores, values, mask)
     batch = critic_lib.CriticBatch(tokens=tokens, attention_mask=attention_mask, completion_mask=mask,
                                    old_values=values, returns=returns)
@@ -355,7 +356,7 @@ def compile_seconds(model_cfg, wl: Workload, programs: Programs, state: learner.
         programs.learner_step.lower(state, jax.eval_shape(learner_batch, rollout, advantages), key).compile()
         if programs.critic_step is not None:
             tokens, attention_mask = jax.eval_shape(joined, rollout)
-            values = programs.values_fn.lower(state.critic.params, state.params, tokens, attention_mask)
+            values = programs.values_fn.lower(state.extra("critic").params, state.params, tokens, attention_mask)
             values.compile()
             gae_advantages.lower(scores, values.out_info, advantages).compile()
             batch = critic_lib.CriticBatch(tokens=tokens, attention_mask=attention_mask, completion_mask=advantages,

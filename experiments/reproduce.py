@@ -168,19 +168,19 @@ def run_dir(root: str, study_name: str, arm: str, seed: int) -> str:
 def ensure_warm_start(root: str) -> str:
     """The shared warm start: the default config's SFT stage (seed 0) in `<root>/warm_start`, trained once."""
     from configs import default
-    from rl4llm.train import trainer
+    from rl4llm.train import job
 
     workdir = warm_start_dir(root)
     if not os.path.exists(os.path.join(workdir, "summary.json")):
         config = default.get_config()
         config.rl.steps = 0
-        trainer.run(config, workdir)
+        job.run(config, workdir)
     return workdir
 
 
 def run_job(study_name: str, arm: str, seed: int, root: str) -> None:
     """One (arm, seed) run in a copy of the warm start (resumed when interrupted)."""
-    from rl4llm.train import config_validation, trainer
+    from rl4llm.train import job
 
     study = STUDIES[study_name]
     workdir = run_dir(root, study_name, arm, seed)
@@ -189,8 +189,7 @@ def run_job(study_name: str, arm: str, seed: int, root: str) -> None:
         shutil.copytree(os.path.join(source, "checkpoints", "sft"), os.path.join(workdir, "checkpoints", "sft"))
         shutil.copytree(os.path.join(source, "tokenizer"), os.path.join(workdir, "tokenizer"))
     config = run_config(study, arm, seed)
-    config_validation.validate(config)
-    trainer.run(config, workdir)
+    job.run(config, workdir)  # validates the config before anything is built
 
 
 def collect(study_name: str, root: str, path: str) -> int:

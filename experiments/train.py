@@ -30,17 +30,16 @@ _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rl4llm/default", "Where checkpoi
 def main(argv):
     del argv
     # after flag parsing: absl logs go to stderr
+    from rl4llm import config as config_lib
     from rl4llm.parallel import distributed
-    from rl4llm.train import agent_config, agent_trainer, config_validation, trainer
+    from rl4llm.train import job
 
     distributed.initialize(flags.FLAGS.config.distributed)  # several hosts: before anything touches a device
     try:
-        config_validation.validate(flags.FLAGS.config)
-    except config_validation.ConfigError as e:
+        # A config whose agent section names an env is a multi-turn agent run (configs/agent_*.py).
+        job.run(flags.FLAGS.config, _WORKDIR.value)
+    except config_lib.ConfigError as e:  # raised by the validation, before anything is built
         sys.exit(str(e))
-    config = flags.FLAGS.config
-    # A config whose agent section names an env is a multi-turn agent run (configs/agent_*.py).
-    (agent_trainer.run if agent_config.is_agent_config(config) else trainer.run)(config, _WORKDIR.value)
 
 
 if __name__ == "__main__":

@@ -165,7 +165,7 @@ def test_branch_decisions_follow_the_entropy_rise_since_the_rows_first_step():
 
 
 def test_branching_config_and_agent_config_errors_name_the_field():
-    from rl4llm.train import config_validation
+    from rl4llm.config import validation as config_validation
     from tests.test_multi_turn import agent_config
 
     with pytest.raises(ValueError, match="beam_size"):
@@ -189,7 +189,7 @@ def test_kg_search_agent_rl_step_runs_with_arpo(tmp_path):
     task start, then one SFT step and one GRPO step; every task keeps its 4 rollouts. (The untrained policy rarely
     writes a parsable search, so its free rows mostly start fresh: the branch mechanics are tested above.)"""
     from configs import agent_kg_search
-    from rl4llm.train import agent_trainer
+    from rl4llm.train import job
     from rl4llm.train import metrics as metrics_lib
 
     c = agent_kg_search.get_config()
@@ -200,7 +200,7 @@ def test_kg_search_agent_rl_step_runs_with_arpo(tmp_path):
     c.sft.steps, c.sft.batch_size, c.sft.warmup_steps = 1, 2, 0
     c.rl.steps, c.rl.num_prompts, c.rl.num_generations = 1, 2, 4
     c.eval.every, c.log_every, c.checkpoint.every = 1, 1, 1
-    summary = agent_trainer.run(c, str(tmp_path))
+    summary = job.run(c, str(tmp_path))
     (record,) = metrics_lib.read_metrics(str(tmp_path), "rl")
     assert summary["rl_steps"] == 1 and np.isfinite(record["loss/pg"])
     assert record["arpo/unstarted"] == 0

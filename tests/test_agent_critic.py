@@ -17,13 +17,16 @@ from rl4llm.models.decoder import forward, positions_from_mask
 from rl4llm.rl import advantages as advantages_lib
 from rl4llm.rl import multi_turn as multi_turn_rl
 from rl4llm.rl import registry
-from rl4llm.train import agent_trainer
+from rl4llm.train import agent
+from rl4llm.train import episodes
+from rl4llm.train import job
+from rl4llm.train import optim
+from rl4llm.train import setup as setup_lib
+from rl4llm.train import state as state_lib
 from rl4llm.train import checkpointing
-from rl4llm.train import config_validation
-from rl4llm.train import critic as critic_lib
-from rl4llm.train import learner as learner_lib
+from rl4llm.config import validation as config_validation
+from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train import metrics as metrics_lib
-from rl4llm.train import trainer
 from tests.test_multi_turn import agent_config
 
 LAM, TURN_GAMMA = 0.5, 0.9  # lam < 1: returns bootstrap from the values (with lam = 1 and no reward they are all 0)
@@ -56,19 +59,19 @@ def runs(tmp_path_factory):
     actions, all-zero advantages)."""
     root = tmp_path_factory.mktemp("agent_critic")
     full, resumed = str(root / "full"), str(root / "resumed")
-    setup = agent_trainer.build_agent_setup(critic_config(), full)  # trains and caches the tokenizer in `full`
+    setup = agent.build_setup(critic_config(), full)  # trains and caches the tokenizer in `full`
     key_trunk, key_head = jax.random.split(jax.random.key(7))
     head = {"kernel": 0.3 * jax.random.normal(key_head, (setup.model_cfg.hidden_size,)), "bias": jnp.float32(0.2)}
     value_head.save_critic(str(root / "head"), {"head": head})
     value_head.save_critic(str(root / "separate"), {"trunk": models.init_params(setup.model_cfg, key_trunk),
                                                     "head": head})
     config = critic_config(str(root / "head"))
-    agent_trainer.run(config, full)
+    job.run(config, full)
     # The run as interrupted after RL step 1: its workdir with the SFT stage and RL checkpoint 1 only.
     shutil.copytree(full, resumed)
     shutil.rmtree(os.path.join(resumed, "checkpoints", "rl", "2"))
     os.remove(os.path.join(resumed, "metrics.jsonl"))
-    agent_trainer.run(config, resumed)
+    job.run(config, resumed)
     return config, setup, full, resumed, str(root / "separate")
 
 
@@ -80,7 +83,10 @@ def _templates(config, setup):
 
 def _restore(workdir, stage, step, name, target):
     ckpt = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints", stage))
-    entry, _ = ckpt.restore_entry(step, name, target)
+    if name == "params":
+        entry, _ = ckpt.restore_entry(step, name, target)
+    else:  # a companion's state: TrainState.extras[name]
+        entry = ckpt.restore_entry(step, "extras", {name: target})[0][name]
     ckpt.close()
     return entry
 
@@ -130,14 +136,14 @@ def test_estimators_get_the_critics_values_at_the_record_positions(runs, shared_
     params = _restore(full, "rl", 1, "params", params_t)
     config = run_config if shared_trunk else critic_config(separate, shared_trunk=False)
     critic = _restore(full, "rl", 1, "critic", critic_t) if shared_trunk else _templates(config, setup)[1]
-    optimizer = learner_lib.make_optimizer(config.rl.learning_rate, 0, 0.0, 1.0)  # unused by the collection
-    state = trainer.init_rl_state(config, params, optimizer, jax.random.key(config.seed), critic)
-    rollouts = agent_trainer.collect_agent_rollouts(config, setup, state, 1)
+    optimizer = optim.make_optimizer(config.rl.learning_rate, 0, 0.0, 1.0)  # unused by the collection
+    state = state_lib.init_rl_state(config, params, optimizer, jax.random.key(config.seed), critic)
+    rollouts = agent.collect(config, setup, None, state, 1)
     batch, cb = rollouts.batch, rollouts.critic_batch
     # The same episodes again (the step's key and tasks), for the turn layout.
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), 1)
-    tasks = setup.source.train_tasks(trainer.RL_DATA_OFFSET + 1, config.rl.num_prompts)
-    traj = jax.device_get(agent_trainer.run_episodes(setup, state.params, tasks, config.rl.num_generations,
+    tasks = setup.source.train_tasks(setup_lib.RL_DATA_OFFSET + 1, config.rl.num_prompts)
+    traj = jax.device_get(episodes.run_episodes(setup, state.params, tasks, config.rl.num_generations,
                                                      config.rl.num_prompts, step_key, setup.rollout_cfg))
     np.testing.assert_array_equal(traj.tokens, batch.tokens)
     loss = traj.loss_mask.astype(np.float32)  # [B, T]
@@ -146,8 +152,8 @@ def test_estimators_get_the_critics_values_at_the_record_positions(runs, shared_
 
     values = _values_by_hand(setup, critic.params, params, traj.tokens, traj.attention_mask.astype(np.int32))
     assert values[loss > 0].std() > 0.05  # the critic's values vary: a misaligned read would show
-    scores = agent_trainer.weighted(traj.outcome, setup.outcome_weights)
-    turn_rewards = agent_trainer.weighted(traj.turn_reward, setup.turn_weights) * traj.turn_valid
+    scores = episodes.weighted(traj.outcome, setup.outcome_weights)
+    turn_rewards = episodes.weighted(traj.turn_reward, setup.turn_weights) * traj.turn_valid
     layout = dict(turn_rewards=turn_rewards, turn_id=traj.turn_id, turn_end=traj.turn_end, turn_valid=traj.turn_valid)
 
     def bilevel(v):
@@ -170,7 +176,7 @@ def test_estimators_get_the_critics_values_at_the_record_positions(runs, shared_
     gae_config = critic_config(config.critic.checkpoint)
     gae_config.rl.advantage = "gae"
     gae_config.rl.advantage_kwargs.turn_gamma = None
-    gae = agent_trainer.collect_agent_rollouts(gae_config, setup, state, 1)
+    gae = agent.collect(gae_config, setup, None, state, 1)
     expected, expected_returns = advantages_lib.gae(registry.last_token_rewards(jnp.asarray(scores), loss), values,
                                                     loss, lam=LAM)
     np.testing.assert_allclose(gae.batch.advantages, np.asarray(expected)[:, 1:] * loss[:, 1:], atol=1e-5)

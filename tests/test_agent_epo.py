@@ -15,10 +15,16 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from rl4llm.models import ModelConfig, init_params
-from rl4llm.train import agent_trainer
-from rl4llm.train import epo as epo_lib
+from rl4llm.train import agent
+from rl4llm.train import episodes
+from rl4llm.train import inputs as inputs_lib
+from rl4llm.train import job
+from rl4llm.train import optim
+from rl4llm.train import programs
+from rl4llm.train import setup as setup_lib
+from rl4llm.train import state as state_lib
+from rl4llm.train.companions import epo as epo_lib
 from rl4llm.train import learner as learner_lib
-from rl4llm.train import trainer
 from tests.test_multi_turn import agent_config
 
 
@@ -47,12 +53,12 @@ def epo_runs(tmp_path_factory):
     config.eval.every = 100  # no evaluation before the last step
     config.agent.epo.update(coef=0.01, kappa_high=0.5, alpha=0.1, total_epochs=4)
     full, resumed = str(tmp_path_factory.mktemp("epo") / "full"), str(tmp_path_factory.mktemp("epo") / "resumed")
-    agent_trainer.run(config, full)
+    job.run(config, full)
     shutil.copytree(full, resumed)
     shutil.rmtree(os.path.join(resumed, "checkpoints", "rl", "2"))
     os.remove(os.path.join(resumed, "metrics.jsonl"))
-    agent_trainer.run(config, resumed)
-    return config, full, resumed, agent_trainer.build_agent_setup(config, full)
+    job.run(config, resumed)
+    return config, full, resumed, agent.build_setup(config, full)
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +66,8 @@ def record(epo_runs):
     """(setup, params, record) of 2 guess-the-number tasks x 2 episodes, with hand-set flags and scores: row 0 cut
     by the turn cap, row 2 by the context limit; scores (0, 1 | 1, 0)."""
     config, _, _, setup = epo_runs
-    params = trainer.initial_params(config, setup.model_cfg, jax.random.key(0))
-    traj = agent_trainer.run_episodes(setup, params, setup.source.train_tasks(0, 2), 2, 0, jax.random.key(1),
+    params = setup_lib.initial_params(config, setup.model_cfg, jax.random.key(0))
+    traj = episodes.run_episodes(setup, params, setup.source.train_tasks(0, 2), 2, 0, jax.random.key(1),
                                       setup.rollout_cfg)
     traj = traj.replace(over_turn=jnp.asarray([True, False, False, False]),
                         truncated=jnp.asarray([False, False, True, False]),
@@ -71,24 +77,24 @@ def record(epo_runs):
 
 @functools.cache
 def _step(model_cfg, cfg: learner_lib.LearnerConfig):
-    optimizer = learner_lib.make_optimizer(1e-3, 0, 0.0, 0.0)
+    optimizer = optim.make_optimizer(1e-3, 0, 0.0, 0.0)
     return learner_lib.make_learner_step(model_cfg, cfg, optimizer), optimizer
 
 
 def _update(setup, params, cfg, batch, epo=None):
     step, optimizer = _step(setup.model_cfg, cfg)
     state = learner_lib.TrainState(params=jax.tree.map(jnp.copy, params), opt_state=optimizer.init(params),
-                                   ref_params=None, key=jax.random.key_data(jax.random.key(0)), epo=epo)
+                                   ref_params=None, key=jax.random.key_data(jax.random.key(0))).with_extras(epo=epo)
     state, metrics = step(state, batch, jax.random.key(0))
-    return np.asarray(ravel_pytree(state.params)[0]), jax.device_get(metrics), jax.device_get(state.epo)
+    return np.asarray(ravel_pytree(state.params)[0]), jax.device_get(metrics), jax.device_get(state.extra("epo"))
 
 
 def _batch(traj, over_turn_mask: bool):
     """The agent loop's learner batch of `traj` with trajectory-GRPO advantages as the loop computes them (the
     outcome z-scored in its group, the cut rows included)."""
-    advantages, _ = trainer._advantages(jnp.asarray(traj.outcome[:, 0]), jnp.asarray(traj.group_ids),
+    advantages, _ = inputs_lib.advantages(jnp.asarray(traj.outcome[:, 0]), jnp.asarray(traj.group_ids),
                                         jnp.asarray(traj.loss_mask, jnp.float32), name="grpo", num_groups=2, kwargs=())
-    return agent_trainer.learner_batch(traj, advantages, traj.behaviour_logp, over_turn_mask=over_turn_mask)
+    return episodes.learner_batch(traj, advantages, traj.behaviour_logp, over_turn_mask=over_turn_mask)
 
 
 # --------------------------------------------------------------------------------------- over-turn masking
@@ -123,11 +129,11 @@ def test_over_turn_mask_flag_masks_the_cut_trajectories_of_an_agent_step(epo_run
     """config.agent.over_turn_mask in collect_agent_rollouts: the rows the env cut at its turn cap get completion
     mask 0, the others keep their loss mask and advantages, and the masked fraction is logged."""
     config, _, _, setup = epo_runs
-    state = trainer.init_rl_state(config, trainer.initial_params(config, setup.model_cfg, jax.random.key(0)),
-                                  learner_lib.make_optimizer(1e-3, 0, 0.0, 0.0), jax.random.key(0))
-    plain = agent_trainer.collect_agent_rollouts(config, setup, state, 0)
+    state = state_lib.init_rl_state(config, setup_lib.initial_params(config, setup.model_cfg, jax.random.key(0)),
+                                  optim.make_optimizer(1e-3, 0, 0.0, 0.0), jax.random.key(0))
+    plain = agent.collect(config, setup, None, state, 0)
     config.agent.over_turn_mask = True
-    masked = agent_trainer.collect_agent_rollouts(config, setup, state, 0)
+    masked = agent.collect(config, setup, None, state, 0)
     config.agent.over_turn_mask = False
     cut = np.asarray(plain.batch.completion_mask).sum(-1) != np.asarray(masked.batch.completion_mask).sum(-1)
     assert masked.host_metrics["over_turn_masked_frac"] == cut.mean() == plain.host_metrics["over_turn_frac"] > 0
@@ -145,12 +151,12 @@ def test_epo_with_zero_coef_is_the_baseline_learner_step_and_the_update_extends_
     coef 0 in the learner with a history: the same update, and the history grows by this batch's per-turn totals."""
     setup, params, traj = record
     config = agent_config()
-    optimizer = learner_lib.make_optimizer(1e-3, 0, 0.0, 0.0)
-    assert config.agent.epo.coef == 0 and trainer.learner_config(config).epo == ()
-    assert agent_trainer.init_agent_state(setup, config, params, optimizer, jax.random.key(0)).epo is None
+    optimizer = optim.make_optimizer(1e-3, 0, 0.0, 0.0)
+    assert config.agent.epo.coef == 0 and programs.learner_config(config).epo == ()
+    assert state_lib.initial_state(config, setup, params, optimizer, jax.random.key(0)).extra("epo") is None
     config.agent.epo.coef = 0.001
-    assert dict(trainer.learner_config(config).epo)["coef"] == 0.001
-    epo = agent_trainer.init_agent_state(setup, config, params, optimizer, jax.random.key(0)).epo
+    assert dict(programs.learner_config(config).epo)["coef"] == 0.001
+    epo = state_lib.initial_state(config, setup, params, optimizer, jax.random.key(0)).extra("epo")
     assert epo.entropy_sums.shape == (setup.mt_cfg.max_turns,) == (4,) and not epo.token_counts.any()
 
     batch = _batch(traj, False)
@@ -211,7 +217,8 @@ def _grads(mean_entropy: float, counts: float = 10.0):
     cfg = _cfg(entropy_coef=0.0, use_old_logp=False, epo=_epo(kappa_low=0.5), micro_batch_size=2)
     history = epo_lib.EPOState(entropy_sums=jnp.full((2,), counts * mean_entropy), token_counts=jnp.full((2,), counts),
                                step=jnp.int32(75))
-    state = learner_lib.TrainState(params=_tiny_params(), opt_state=None, ref_params=None, key=None, epo=history)
+    state = learner_lib.TrainState(params=_tiny_params(), opt_state=None, ref_params=None, key=None).with_extras(
+        epo=history)
     pg = _grads_fn(cfg)(state, _hand_batch())
     return np.asarray(ravel_pytree(pg.grads)[0]), jax.device_get(pg.sums), np.asarray(pg.entropy)
 
@@ -271,7 +278,7 @@ def test_epo_history_is_checkpointed_and_a_resumed_run_equals_the_uninterrupted_
     histories = []
     for workdir in (full, resumed):
         ckpt = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints", "rl"))
-        histories.append([ckpt.restore_entry(step, "epo", empty)[0] for step in (1, 2)])
+        histories.append([ckpt.restore_entry(step, "extras", {"epo": empty})[0]["epo"] for step in (1, 2)])
         ckpt.close()
     (after_1, after_2), (_, resumed_2) = histories
     assert 0 < after_1.token_counts.sum() < after_2.token_counts.sum()
@@ -280,7 +287,7 @@ def test_epo_history_is_checkpointed_and_a_resumed_run_equals_the_uninterrupted_
 
 
 def test_epo_config_errors_name_the_field():
-    from rl4llm.train import config_validation
+    from rl4llm.config import validation as config_validation
 
     config = agent_config()
     config.agent.epo.update(coef=0.001, kappa_low=2.0, kappa_high=1.0, alpha=-0.1, total_epochs=0)

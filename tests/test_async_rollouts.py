@@ -12,10 +12,18 @@ import pytest
 
 from rl4llm import rewards
 from rl4llm.train import async_rollouts
-from rl4llm.train import config_validation
+from rl4llm.config import validation as config_validation
 from rl4llm.train import logprobs
 from rl4llm.train import metrics as metrics_lib
-from rl4llm.train import trainer
+from rl4llm.train import job
+from rl4llm.train import learner as learner_lib
+from rl4llm.train import optim
+from rl4llm.train import programs
+from rl4llm.train import single_turn
+from rl4llm.train import setup as setup_lib
+from rl4llm.train import sft as sft_lib
+from rl4llm.train import state as state_lib
+from rl4llm.train import step as step_lib
 from tests.test_train import _answer_is_even, _comparable, _rl_records, tiny_config
 
 
@@ -49,7 +57,7 @@ def test_check_staleness_bounds():
 
 def _tiny_state(value: float):
     params = {"w": jnp.full((3,), value)}
-    return trainer.learner_lib.TrainState(params=params, opt_state=(jnp.zeros(3),), ref_params=None,
+    return learner_lib.TrainState(params=params, opt_state=(jnp.zeros(3),), ref_params=None,
                                           key=jnp.zeros(2, jnp.uint32))
 
 
@@ -109,15 +117,15 @@ def test_stale_batch_gets_decoupled_ppo_weights(tmp_path, monkeypatch, ppo_epoch
     monkeypatch.setitem(rewards.REWARDS, "odd_length", _odd_length)
     config = tiny_config(async_rollouts=True, tis_cap=cap, ppo_epochs=ppo_epochs, warmup_steps=0, learning_rate=1e-2)
     config.task.reward = "odd_length"
-    setup = trainer.build_setup(config, str(tmp_path))
+    setup = setup_lib.build_setup(config, str(tmp_path))
     try:
-        optimizer = trainer.learner_lib.make_optimizer(config.rl.learning_rate, 0, 0.0, config.rl.grad_clip)
-        params = trainer.initial_params(config, setup.model_cfg, jax.random.key(0))
-        state = trainer.init_rl_state(config, params, optimizer, jax.random.key(1))
-        programs = trainer.build_rl_programs(config, setup, optimizer)
+        optimizer = optim.make_optimizer(config.rl.learning_rate, 0, 0.0, config.rl.grad_clip)
+        params = setup_lib.initial_params(config, setup.model_cfg, jax.random.key(0))
+        state = state_lib.init_rl_state(config, params, optimizer, jax.random.key(1))
+        rl_programs = programs.build_rl_programs(config, setup, optimizer)
         snapshot = async_rollouts.sampler_snapshot(state)
-        batch0, batch1 = (trainer.collect_rollouts(config, setup, programs, snapshot, s, params_version=0) for s in (0, 1))
-        state, _ = trainer.learn_on_rollouts(config, programs, state, batch0, 0)
+        batch0, batch1 = (single_turn.collect(config, setup, rl_programs, snapshot, s, params_version=0) for s in (0, 1))
+        state, _ = step_lib.learn_on_rollouts(config, rl_programs, state, batch0, 0)
         # π_prox: the learner's log-probs under version 1; π_behav: the sampler's, under version 0.
         prox_logp, _ = logprobs.completion_logprobs(
             setup.model_cfg, state.params, batch1.batch.tokens, batch1.batch.attention_mask,
@@ -129,8 +137,8 @@ def test_stale_batch_gets_decoupled_ppo_weights(tmp_path, monkeypatch, ppo_epoch
         assert abs(expected_mean - 1.0) > 1e-3  # the versions differ enough for the test to mean something
         sync = tiny_config(tis_cap=cap, ppo_epochs=ppo_epochs)
         with pytest.raises(async_rollouts.StaleRolloutsError, match="staleness 1"):
-            trainer.learn_on_rollouts(sync, programs, state, batch1, 1)
-        _, metrics = trainer.learn_on_rollouts(config, programs, state, batch1, 1)
+            step_lib.learn_on_rollouts(sync, rl_programs, state, batch1, 1)
+        _, metrics = step_lib.learn_on_rollouts(config, rl_programs, state, batch1, 1)
         assert metrics["async/staleness"] == 1.0
         np.testing.assert_allclose(metrics["is_weight"], expected_mean, rtol=1e-4)
     finally:
@@ -143,9 +151,9 @@ def warm_start(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("warm"))
     config = _learning_config()
     config.task.reward = tiny_config().task.reward  # SFT does not score; the test reward is registered per test
-    setup = trainer.build_setup(config, workdir)
+    setup = setup_lib.build_setup(config, workdir)
     try:
-        trainer.run_sft(config, setup, jax.random.key(config.seed), metrics_lib.MetricsWriter(workdir), workdir)
+        sft_lib.run_sft(config, setup, single_turn, jax.random.key(config.seed), metrics_lib.MetricsWriter(workdir), workdir)
     finally:
         setup.rewards.close()
     return workdir
@@ -182,7 +190,7 @@ def test_async_run_learns_within_the_staleness_bound_and_resumes(tmp_path, warm_
     config = _learning_config(max_staleness=2)
     config.checkpoint.every = 14
     full = _from_warm_start(warm_start, str(tmp_path / "full"))
-    trainer.run(config, full)
+    job.run(config, full)
     records = _rl_records(full)
     lags = [records[s]["async/staleness"] for s in range(1, 31)]
     assert lags == [0, 1] + [2] * 12 + [0, 1] + [2] * 12 + [0, 1]  # v(s) = max(s - 2, 14 * floor(s / 14))
@@ -192,7 +200,7 @@ def test_async_run_learns_within_the_staleness_bound_and_resumes(tmp_path, warm_
     resumed = str(tmp_path / "resumed")  # as if interrupted after step 28: the checkpoints up to 28
     shutil.copytree(full, resumed, ignore=lambda d, names: ["30"] if d.endswith(os.path.join("checkpoints", "rl")) else [])
     os.remove(os.path.join(resumed, "metrics.jsonl"))
-    trainer.run(config, resumed)
+    job.run(config, resumed)
     assert sorted(_rl_records(resumed)) == [29, 30]
     for step in (29, 30):
         assert _comparable(_rl_records(resumed)[step]) == _comparable(records[step]), step

@@ -68,13 +68,13 @@ def test_ppo_critic_update_trains_the_critic_alone():
     programs = benchmark.make_programs(NANO, PPO, optimizer, logprob_chunk_size=4)
     prompts = benchmark.random_prompts(PPO, NANO.vocab_size, seed=0)
     rollout, scores = benchmark.generate_and_score(NANO, PPO, state.params, prompts, key)
-    params, critic = jax.tree.map(np.asarray, (state.params, state.critic.params))
+    params, critic = jax.tree.map(np.asarray, (state.params, state.extra("critic").params))
     state, advantages = benchmark.critic_update(programs, state, rollout, jax.numpy.asarray(scores))
     mask = np.asarray(rollout.completion_mask, np.float32)
     # whitened GAE advantages over the valid tokens: mean 0, std 1
     assert abs(float((advantages * mask).sum() / mask.sum())) < 1e-5
     jax.tree.map(np.testing.assert_array_equal, params, jax.tree.map(np.asarray, state.params))
-    head = np.asarray(state.critic.params["head"]["kernel"])
+    head = np.asarray(state.extra("critic").params["head"]["kernel"])
     assert np.abs(head - critic["head"]["kernel"]).max() > 0  # the zero head moved toward the returns
 
 

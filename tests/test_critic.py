@@ -12,7 +12,7 @@ import pytest
 from rl4llm import models
 from rl4llm.models import value_head
 from rl4llm.rl import aggregation, losses
-from rl4llm.train import critic as critic_lib
+from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train import learner as learner_lib
 
 MODEL_CFG = models.get_config("nano", vocab_size=16)
@@ -46,8 +46,7 @@ def _state(params, *, shared_trunk, critic_optimizer, optimizer=None):
     return learner_lib.TrainState(
         params=jax.tree.map(jnp.copy, params), opt_state=optimizer.init(params), ref_params=None,
         key=jax.random.key_data(jax.random.key(0)),
-        critic=critic_lib.CriticState(params=critic_params, opt_state=critic_optimizer.init(critic_params)),
-    )
+    ).with_extras(critic=critic_lib.CriticState(params=critic_params, opt_state=critic_optimizer.init(critic_params)))
 
 
 def _ccfg(micro=0, clip=100.0):
@@ -98,13 +97,13 @@ def test_critic_step_is_invariant_to_micro_batching(params):
     for micro in (0, 2):
         state = _state(params, shared_trunk=False, critic_optimizer=opt)
         # a non-zero head, so the trunk gets gradient too
-        state = state.replace(critic=state.critic.replace(params={**state.critic.params, "head": {
+        state = state.with_extras(critic=state.extra("critic").replace(params={**state.extra("critic").params, "head": {
             "kernel": jnp.full((MODEL_CFG.hidden_size,), 0.1), "bias": jnp.asarray(0.0)}}))
         outs.append(critic_lib.make_critic_step(MODEL_CFG, _ccfg(micro, clip=0.2), opt)(state, cb))
     np.testing.assert_allclose(outs[0][1]["critic/vf_loss"], outs[1][1]["critic/vf_loss"], rtol=1e-5)
     np.testing.assert_allclose(outs[0][1]["critic/vf_clip_frac"], outs[1][1]["critic/vf_clip_frac"], rtol=1e-6)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
-                 outs[0][0].critic.params, outs[1][0].critic.params)
+                 outs[0][0].extra("critic").params, outs[1][0].extra("critic").params)
 
 
 LCFG = learner_lib.LearnerConfig(loss="ppo_clip", loss_kwargs=(), agg_mode="token-mean", kl_coef=0.0, kl_kind="k3",
@@ -115,7 +114,7 @@ HEAD = {"kernel": jnp.full((MODEL_CFG.hidden_size,), 0.1), "bias": jnp.asarray(0
 
 def _shared_state(params, opt, copt):
     s = _state(params, shared_trunk=True, critic_optimizer=copt, optimizer=opt)
-    return s.replace(critic=s.critic.replace(params={"head": jax.tree.map(jnp.copy, HEAD)}))
+    return s.with_extras(critic=s.extra("critic").replace(params={"head": jax.tree.map(jnp.copy, HEAD)}))
 
 
 def _two_pass_shared_trunk_step(lcfg, ccfg, opt, copt, state, ab, cb, key):
@@ -136,18 +135,18 @@ def _two_pass_shared_trunk_step(lcfg, ccfg, opt, copt, state, ab, cb, key):
     for i in range(N // m):
         rows = slice(i * m, (i + 1) * m)
         (loss, clip), (gh, gt) = jax.value_and_grad(value_loss, argnums=(0, 1), has_aux=True)(
-            state.critic.params, state.params, jax.tree.map(lambda x: x[rows], cb), weights[rows])
+            state.extra("critic").params, state.params, jax.tree.map(lambda x: x[rows], cb), weights[rows])
         head_grads = gh if head_grads is None else jax.tree.map(jnp.add, head_grads, gh)
         trunk_grads = gt if trunk_grads is None else jax.tree.map(jnp.add, trunk_grads, gt)
         vf_loss, clipped = vf_loss + loss, clipped + clip
     pg = learner_lib.policy_gradients(MODEL_CFG, lcfg, state, ab, key)
     pg = pg._replace(grads=jax.tree.map(lambda a, b: a + ccfg.value_loss_coef * b, pg.grads, trunk_grads))
     new_state, metrics = learner_lib.apply_policy_gradients(opt, state, ab, pg)
-    updates, opt_state = copt.update(head_grads, state.critic.opt_state, state.critic.params)
-    critic = state.critic.replace(params=optax.apply_updates(state.critic.params, updates), opt_state=opt_state)
+    updates, opt_state = copt.update(head_grads, state.extra("critic").opt_state, state.extra("critic").params)
+    critic = state.extra("critic").replace(params=optax.apply_updates(state.extra("critic").params, updates), opt_state=opt_state)
     metrics.update({"critic/vf_loss": vf_loss, "critic/vf_clip_frac": clipped / jnp.sum(cb.completion_mask),
                     "critic/grad_norm": optax.tree.norm(head_grads)})
-    return new_state.replace(critic=critic), metrics
+    return new_state.with_extras(critic=critic), metrics
 
 
 def test_one_pass_shared_trunk_step_equals_the_two_pass_reference(params):
@@ -166,7 +165,7 @@ def test_one_pass_shared_trunk_step_equals_the_two_pass_reference(params):
     two_pass = jax.jit(functools.partial(_two_pass_shared_trunk_step, lcfg, ccfg, opt, copt))
     ref, ref_metrics = two_pass(_shared_state(params, opt, copt), ab, cb, key)
     close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # noqa: E731
-    jax.tree.map(close, (one.params, one.critic.params), (ref.params, ref.critic.params))
+    jax.tree.map(close, (one.params, one.extra("critic").params), (ref.params, ref.extra("critic").params))
     assert metrics.keys() == ref_metrics.keys() and "critic/vf_clip_frac" in metrics
     for k in metrics:
         close(metrics[k], ref_metrics[k])
@@ -175,7 +174,7 @@ def test_one_pass_shared_trunk_step_equals_the_two_pass_reference(params):
     whole, whole_metrics = critic_lib.make_shared_trunk_step(
         MODEL_CFG, LCFG, dataclasses.replace(ccfg, micro_batch_size=0), opt, copt)(
         _shared_state(params, opt, copt), ab, cb, key)
-    jax.tree.map(close, (one.params, one.critic.params), (whole.params, whole.critic.params))
+    jax.tree.map(close, (one.params, one.extra("critic").params), (whole.params, whole.extra("critic").params))
     for k in ("loss/pg", "critic/vf_loss", "critic/vf_clip_frac", "critic/grad_norm", "grad_norm"):
         close(metrics[k], whole_metrics[k])
 
@@ -187,7 +186,7 @@ def test_shared_trunk_step_updates_both_and_warm_up_updates_only_the_head(params
     # Warm-up (critic only): the head moves, the actor (trunk included) is bitwise unchanged.
     warm, _ = critic_lib.make_critic_step(MODEL_CFG, _ccfg(), copt)(_shared_state(params, opt, copt), cb)
     jax.tree.map(np.testing.assert_array_equal, warm.params, params)
-    assert not np.allclose(warm.critic.params["head"]["kernel"], HEAD["kernel"])
+    assert not np.allclose(warm.extra("critic").params["head"]["kernel"], HEAD["kernel"])
 
     # Joint step: the trunk's update is the policy gradient plus value_loss_coef x the value gradient.
     step = lambda coef: critic_lib.make_shared_trunk_step(  # noqa: E731
@@ -206,7 +205,7 @@ def test_shared_trunk_step_updates_both_and_warm_up_updates_only_the_head(params
     # sgd(0.1): Δθ(with) − Δθ(without) = −0.1·∇V-loss
     jax.tree.map(lambda a, b, g: np.testing.assert_allclose(a - b, -0.1 * g, atol=1e-6),
                  with_v.params, without_v.params, value_grads)
-    np.testing.assert_allclose(with_v.critic.params["head"]["kernel"], warm.critic.params["head"]["kernel"],
+    np.testing.assert_allclose(with_v.extra("critic").params["head"]["kernel"], warm.extra("critic").params["head"]["kernel"],
                                rtol=1e-6)
 
 
@@ -223,14 +222,14 @@ def test_critic_checkpoint_round_trip(params, tmp_path):
 
 def test_prm_step_fits_outcome_labels_and_leaves_the_policy_alone(params):
     from rl4llm.rl import prime as prime_rewards
-    from rl4llm.train import prime as prime_lib
+    from rl4llm.train.companions import prime as prime_lib
 
     _, cb = _batches()
     opt = optax.adam(1e-2)
-    state = _state(params, shared_trunk=True, critic_optimizer=optax.sgd(0.0)).replace(
+    state = _state(params, shared_trunk=True, critic_optimizer=optax.sgd(0.0)).with_extras(
         critic=None, prm=prime_lib.init_prm_state(params, opt))
     pcfg = prime_lib.PRMConfig(beta=0.05, micro_batch_size=2, logprob_chunk_size=4)
-    prm_logp, ref_logp = prime_lib.make_logprobs_fn(MODEL_CFG, pcfg, T)(state.prm, cb.tokens, cb.attention_mask)
+    prm_logp, ref_logp = prime_lib.make_logprobs_fn(MODEL_CFG, pcfg, T)(state.extra("prm"), cb.tokens, cb.attention_mask)
     np.testing.assert_array_equal(prm_logp, ref_logp)  # π_φ starts as π_ref
     labels = jnp.array([1.0, 0.0, 1.0, 0.0])
     batch = prime_lib.PRMBatch(tokens=cb.tokens, attention_mask=cb.attention_mask, completion_mask=cb.completion_mask,
@@ -243,7 +242,7 @@ def test_prm_step_fits_outcome_labels_and_leaves_the_policy_alone(params):
     np.testing.assert_allclose(losses_seen[0], np.log(2), rtol=1e-6)
     assert losses_seen[-1] < losses_seen[0] - 0.05
     assert float(metrics["prm/accuracy"]) == 1.0  # every sequence reward now has its label's sign
-    prm_logp = prime_lib.make_logprobs_fn(MODEL_CFG, pcfg, T)(state.prm, cb.tokens, cb.attention_mask)[0]
+    prm_logp = prime_lib.make_logprobs_fn(MODEL_CFG, pcfg, T)(state.extra("prm"), cb.tokens, cb.attention_mask)[0]
     z = jnp.sum(prime_rewards.implicit_process_rewards(prm_logp, ref_logp, cb.completion_mask), -1)
     assert np.all(np.sign(z) == np.asarray(2 * labels - 1))
     jax.tree.map(np.testing.assert_array_equal, state.params, params)

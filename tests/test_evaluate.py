@@ -13,7 +13,7 @@ from rl4llm.rewards import arithmetic as arithmetic_reward
 from rl4llm.train import evaluate
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import runs
-from rl4llm.train import trainer
+from rl4llm.train import job
 from tests.test_train import tiny_config
 
 
@@ -103,7 +103,7 @@ def tiny_run(tmp_path_factory):
     config.sft.steps = config.rl.steps = 2
     config.eval.every = config.checkpoint.every = 2
     workdir = str(tmp_path_factory.mktemp("tiny_run"))
-    trainer.run(config, workdir)
+    job.run(config, workdir)
     return workdir
 
 

@@ -12,7 +12,9 @@ from tokenizers import decoders, models as tok_models, pre_tokenizers, trainers
 from rl4llm import models
 from rl4llm.models import hf_checkpoint
 from rl4llm.tokenizers import hf_tokenizer
-from rl4llm.train import config_validation, trainer
+from rl4llm.config import validation as config_validation
+from rl4llm.train import job
+from rl4llm.train import setup as setup_lib
 
 # Recipes that start from a Hugging Face checkpoint (tested here, not by tests/test_recipes.py).
 HF_RECIPES = ("qwen2_5_0_5b_gsm8k", "llama3_2_1b_gsm8k")
@@ -82,7 +84,7 @@ def test_qwen_gsm8k_recipe_runs_lora_on_a_hf_checkpoint_and_exports_a_merged_mod
     c.eval.pass_n = 1
     c.eval.pass_k = (1,)
     workdir = tmp_path / "run"
-    summary = trainer.run(c, str(workdir))
+    summary = job.run(c, str(workdir))
     assert summary["rl_steps"] == 1
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert [r for r in records if r.get("stage") == "rl" and np.isfinite(r.get("kl", np.nan))]
@@ -107,7 +109,7 @@ def test_llama_gsm8k_recipe_validates_on_a_llama_checkpoint(tmp_path):
                 rope_scaling=models.get_config("llama3.2-1b").rope_scaling)
     config_validation.validate(c)
     assert hf_checkpoint.read_hf_config(c.model.hf_checkpoint)["architectures"] == ["LlamaForCausalLM"]
-    cfg = trainer.model_config(c, vocab_size=0)
+    cfg = setup_lib.model_config(c, vocab_size=0)
     assert cfg.rope_scaling == models.get_config("llama3.2-1b").rope_scaling and cfg.lora_rank == 32
 
 

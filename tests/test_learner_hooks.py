@@ -15,10 +15,12 @@ import pytest
 from configs import default
 from rl4llm import models
 from rl4llm.rl import entropy as entropy_lib
-from rl4llm.train import config_validation
+from rl4llm.config import validation as config_validation
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
-from rl4llm.train import trainer
+from rl4llm.train import metrics as metrics_lib
+from rl4llm.train import token_weights
+from rl4llm.train.companions import controllers
 
 MODEL_CFG = models.get_config("nano", vocab_size=16)
 
@@ -64,8 +66,7 @@ def _state(params, optimizer, **fields):
         opt_state=optimizer.init(params),
         ref_params=jax.tree.map(lambda x: x * 0.9, params),
         key=jax.random.key_data(jax.random.key(0)),
-        **fields,
-    )
+    ).with_extras(**fields)
 
 
 def _step(cfg, state, batch, optimizer):
@@ -122,16 +123,16 @@ def test_tis_weights_are_capped_and_combined_with_token_weights():
         sampler_logp=sampler_logp,
     )
     # token ratios 3, 0.5, 1 (padding 0); cap 2 -> 2, 0.5, 1
-    token = learner_lib.policy_is_weights(_learner_cfg(tis_cap=2.0), old_logp, batch)
+    token = token_weights.policy_is_weights(_learner_cfg(tis_cap=2.0), old_logp, batch)
     np.testing.assert_allclose(token, [[2.0, 0.5, 1.0, 0.0]], rtol=1e-6)
     # sequence ratio 3·0.5·1 = 1.5 < cap, on every valid token
-    seq = learner_lib.policy_is_weights(_learner_cfg(tis_cap=2.0, tis_level="sequence"), old_logp, batch)
+    seq = token_weights.policy_is_weights(_learner_cfg(tis_cap=2.0, tis_level="sequence"), old_logp, batch)
     np.testing.assert_allclose(seq, [[1.5, 1.5, 1.5, 0.0]], rtol=1e-6)
-    both = learner_lib.policy_is_weights(
+    both = token_weights.policy_is_weights(
         _learner_cfg(tis_cap=2.0), old_logp, batch.replace(token_weights=jnp.array([[0.0, 1.0, 1.0, 1.0]]))
     )
     np.testing.assert_allclose(both, [[0.0, 0.5, 1.0, 0.0]], rtol=1e-6)
-    assert learner_lib.policy_is_weights(_learner_cfg(), old_logp, batch) is None  # off by default
+    assert token_weights.policy_is_weights(_learner_cfg(), old_logp, batch) is None  # off by default
 
 
 # ------------------------------------------------------------------------- adaptive coefficients
@@ -145,38 +146,37 @@ def _rl_config(**rl):
 
 def _coef_state(kl_coef=None, entropy_coef=None):
     return learner_lib.TrainState(
-        params={}, opt_state=None, ref_params=None, key=None, kl_coef=kl_coef, entropy_coef=entropy_coef
-    )
+        params={}, opt_state=None, ref_params=None, key=None).with_extras(kl_coef=kl_coef, entropy_coef=entropy_coef)
 
 
 def test_adaptive_kl_coefficient_update_golden():
     config = _rl_config(kl_coef=0.001, kl_target=0.1, kl_horizon=10000)
     state = _coef_state(kl_coef=jnp.float32(0.001))
     # KL 0.5 above target 0.1: error clip(5 − 1, ±0.2) = 0.2; β·(1 + 0.2·256/10000) = 0.00100512 (verl golden)
-    up = trainer.update_controllers(config, state, current_kl=0.5, entropy=0.0, num_sequences=256)
-    np.testing.assert_allclose(up.kl_coef, 0.00100512, rtol=1e-6)
+    up = controllers.update_controllers(config, state, current_kl=0.5, entropy=0.0, num_sequences=256)
+    np.testing.assert_allclose(up.extra("kl_coef"), 0.00100512, rtol=1e-6)
     # KL 0.05 below target: error −0.5 clipped to −0.2 -> β·(1 − 0.2·256/10000)
-    down = trainer.update_controllers(config, state, current_kl=0.05, entropy=0.0, num_sequences=256)
-    np.testing.assert_allclose(down.kl_coef, 0.001 * (1 - 0.2 * 256 / 10000), rtol=1e-6)
-    assert up.entropy_coef is None and down.kl_coef.dtype == jnp.float32
+    down = controllers.update_controllers(config, state, current_kl=0.05, entropy=0.0, num_sequences=256)
+    np.testing.assert_allclose(down.extra("kl_coef"), 0.001 * (1 - 0.2 * 256 / 10000), rtol=1e-6)
+    assert up.extra("entropy_coef") is None and down.extra("kl_coef").dtype == jnp.float32
 
 
 def test_adaptive_entropy_coefficient_moves_toward_the_target():
     config = _rl_config(entropy_coef=0.01, entropy_target=0.5, entropy_coef_delta=0.005)
     state = _coef_state(entropy_coef=jnp.float32(0.01))
-    low = trainer.update_controllers(config, state, current_kl=None, entropy=0.2, num_sequences=8)
-    high = trainer.update_controllers(config, state, current_kl=None, entropy=0.9, num_sequences=8)
-    np.testing.assert_allclose(low.entropy_coef, 0.015, rtol=1e-6)  # entropy below target: bonus grows
-    np.testing.assert_allclose(high.entropy_coef, 0.005, rtol=1e-6)  # above target: bonus decays
-    floor = trainer.update_controllers(config, high, current_kl=None, entropy=0.9, num_sequences=8)
-    floor = trainer.update_controllers(config, floor, current_kl=None, entropy=0.9, num_sequences=8)
-    assert float(floor.entropy_coef) == 0.0  # clipped at 0
-    assert low.kl_coef is None
+    low = controllers.update_controllers(config, state, current_kl=None, entropy=0.2, num_sequences=8)
+    high = controllers.update_controllers(config, state, current_kl=None, entropy=0.9, num_sequences=8)
+    np.testing.assert_allclose(low.extra("entropy_coef"), 0.015, rtol=1e-6)  # entropy below target: bonus grows
+    np.testing.assert_allclose(high.extra("entropy_coef"), 0.005, rtol=1e-6)  # above target: bonus decays
+    floor = controllers.update_controllers(config, high, current_kl=None, entropy=0.9, num_sequences=8)
+    floor = controllers.update_controllers(config, floor, current_kl=None, entropy=0.9, num_sequences=8)
+    assert float(floor.extra("entropy_coef")) == 0.0  # clipped at 0
+    assert low.extra("kl_coef") is None
 
 
 def test_fixed_coefficients_are_untouched():
     state = _coef_state()
-    assert trainer.update_controllers(_rl_config(), state, current_kl=1.0, entropy=1.0, num_sequences=8) is state
+    assert controllers.update_controllers(_rl_config(), state, current_kl=1.0, entropy=1.0, num_sequences=8) is state
 
 
 def test_learner_uses_the_adaptive_coefficient_from_the_state(params):
@@ -210,7 +210,7 @@ def test_reference_reset_happens_every_n_steps_and_zeroes_the_kl(params):
     state = _state(params, optimizer)
     done = []
     for steps_done in range(1, 8):
-        state, reset = trainer.maybe_reset_reference(config, state, optimizer, steps_done)
+        state, reset = controllers.maybe_reset_reference(config, state, optimizer, steps_done)
         if reset:
             done.append(steps_done)
     assert done == [3, 6]
@@ -220,7 +220,7 @@ def test_reference_reset_happens_every_n_steps_and_zeroes_the_kl(params):
     _assert_trees_close(state.opt_state, optimizer.init(params), rtol=0, atol=0)
     _, metrics = _step(_learner_cfg(kl_coef=0.1), state, _batch(), optimizer)
     assert float(metrics["kl"]) == 0.0  # after a reset the KL term is exactly 0 at the next step
-    never = trainer.maybe_reset_reference(_rl_config(kl_coef=0.1), state, optimizer, 3)
+    never = controllers.maybe_reset_reference(_rl_config(kl_coef=0.1), state, optimizer, 3)
     assert never == (state, False)
 
 
@@ -232,7 +232,7 @@ def test_token_statistics_hand_computed():
     adv = jnp.array([[1.0, -1.0, 1.0, -1.0, 7.0]])
     logp = jnp.array([[-1.0, -2.0, -1.0, -2.0, -9.0]])
     entropy = jnp.array([[0.0, 1.0, 2.0, 3.0, 9.0]])
-    stats = learner_lib.token_statistics(logp, entropy, adv, mask)
+    stats = metrics_lib.token_statistics(logp, entropy, adv, mask)
     # centred A = ±1, centred logp = ±0.5 in phase: cov = mean(0.5) = 0.5
     np.testing.assert_allclose(stats["cov_logp_adv"], 0.5, rtol=1e-6)
     # linear quantiles of [0, 1, 2, 3] at positions 0.3, 1.5, 2.7

@@ -10,8 +10,8 @@ import pytest
 from configs import default
 from rl4llm import rewards
 from rl4llm.rewards import pipeline
-from rl4llm.train import config_validation
-from rl4llm.train import trainer
+from rl4llm.config import validation as config_validation
+from rl4llm.train import inputs as inputs_lib
 from tests.test_recipes import _run_from_sft, sft_workdir, shrink  # noqa: F401  (module-scoped SFT fixture)
 
 TEXTS = ["<answer>1+2</answer> #3", "#3", "<answer>#4</answer>", "#4 <answer></answer><answer></answer>"]
@@ -82,8 +82,8 @@ def test_which_runs_get_components_and_gdpo_weights():
     assert not config_validation.uses_reward_components(_config("grpo", "format_answer_tag:0.5"))
     assert not config_validation.uses_reward_components(_config("bnpo"))
     assert config_validation.uses_reward_components(_config("bnpo", "format_answer_tag:0.5"))
-    assert "weights" not in trainer.advantage_kwargs(_config("bnpo", "format_answer_tag:0.5"))
-    gdpo = trainer.advantage_kwargs(_config("gdpo", "format_answer_tag:0.5,final_text:0.25"))
+    assert "weights" not in inputs_lib.advantage_kwargs(_config("bnpo", "format_answer_tag:0.5"))
+    gdpo = inputs_lib.advantage_kwargs(_config("gdpo", "format_answer_tag:0.5,final_text:0.25"))
     assert gdpo == {"weights": (1.0, 0.5, 0.25)}
 
 
@@ -98,10 +98,10 @@ def test_bnpo_on_components_differs_from_bnpo_on_the_combined_reward():
     mask, group_ids = jnp.ones((4, 2)), jnp.zeros(4, jnp.int32)
     kwargs = (("alpha", 1.5), ("beta", 1.5))
     combined = jnp.mean(components, -1)
-    per_component, _ = trainer._advantages(
+    per_component, _ = inputs_lib.advantages(
         combined, group_ids, mask, name="bnpo", num_groups=1, kwargs=kwargs, reward_components=components
     )
-    on_combined, _ = trainer._advantages(combined, group_ids, mask, name="bnpo", num_groups=1, kwargs=kwargs)
+    on_combined, _ = inputs_lib.advantages(combined, group_ids, mask, name="bnpo", num_groups=1, kwargs=kwargs)
     scale = math.pi / (8 * math.sqrt(3 / 16))
     np.testing.assert_allclose(per_component[:, 0], np.array([0.5, 0, 0, -0.5]) * scale, atol=1e-6)
     np.testing.assert_allclose(on_combined[:, 0], np.array([0.5, 0, 0, -0.5]) * math.pi / 4, atol=1e-6)

@@ -17,8 +17,12 @@ from rl4llm.models import ModelConfig, init_params
 from rl4llm.sampling import SamplingConfig
 from rl4llm.sampling import multi_turn
 from rl4llm.tokenizers import sentencepiece_tokenizer
+from rl4llm.train import agent
+from rl4llm.train import episodes
+from rl4llm.train import job
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
+from rl4llm.train import optim
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz<>/]0123456789 :=?!"
 
@@ -193,9 +197,8 @@ def test_stop_sequence_hand_cases():
 
 def _learner_batch(traj, advantages, seed=0):
     """The agent trainer's learner batch of a trajectory record (completion = every token after the first)."""
-    from rl4llm.train import agent_trainer
 
-    return agent_trainer.learner_batch(traj, advantages, old_logp=traj.behaviour_logp)
+    return episodes.learner_batch(traj, advantages, old_logp=traj.behaviour_logp)
 
 
 @functools.cache
@@ -203,7 +206,7 @@ def _learner():
     cfg = learner_lib.LearnerConfig(loss="ppo_clip", loss_kwargs=(), agg_mode="token-mean", kl_coef=0.1,
                                     kl_kind="k3", entropy_coef=0.01, temperature=1.0, micro_batch_size=0,
                                     logprob_chunk_size=16, use_old_logp=True)
-    optimizer = learner_lib.make_optimizer(1e-3, 0, 0.0, 0.0)
+    optimizer = optim.make_optimizer(1e-3, 0, 0.0, 0.0)
     return learner_lib.make_learner_step(model_cfg(), cfg, optimizer), optimizer
 
 
@@ -256,7 +259,6 @@ def test_igpo_ground_truth_logprobs_are_the_teacher_forced_answer_after_each_tur
     import types
 
     from rl4llm.models import apply
-    from rl4llm.train import agent_trainer
 
     traj, _, _ = rollout_and_envs()
     tok = tokenizer()
@@ -265,7 +267,7 @@ def test_igpo_ground_truth_logprobs_are_the_teacher_forced_answer_after_each_tur
         logprob_fn=jax.jit(functools.partial(logprobs_lib.completion_logprobs, model_cfg()),
                            static_argnames=("completion_len",)))
     answers = [f"{i}{i}" for i in range(NUM_ENVS)]
-    gt = np.asarray(agent_trainer.ground_truth_logprobs(setup, params(), traj, answers, "<a>{}]"))
+    gt = np.asarray(episodes.ground_truth_logprobs(setup, params(), traj, answers, "<a>{}]"))
     assert gt.shape == (NUM_ENVS, MT.max_turns + 1)
     full_logits = jax.jit(lambda seq, mask: apply(model_cfg(), params(), seq, jnp.cumsum(mask, -1) - 1, mask)[0][0])
     width = 128  # one compiled shape: each sequence right-padded (masked)
@@ -310,17 +312,16 @@ def agent_config(**overrides):
 
 
 def test_sft_examples_train_only_the_experts_actions():
-    from rl4llm.train import agent_trainer
 
     config = agent_config()
     config.agent.expert_noise = 0.5
-    setup = agent_trainer.build_agent_setup(config, "/tmp/rl4llm_test_multi_turn/agent_sft")
-    tokens, attention, loss = jax.device_get(agent_trainer.sft_batch(config, setup, 0))
+    setup = agent.build_setup(config, "/tmp/rl4llm_test_multi_turn/agent_sft")
+    tokens, attention, loss = jax.device_get(agent.sft_batch(config, setup, 0))
     rng = np.random.default_rng([config.seed, 0])
     tok = setup.tokenizer
     explored = 0
     for row, task in enumerate(setup.source.train_tasks(0, config.sft.batch_size)):
-        turns, trained = agent_trainer.expert_episode(setup, task, 0.5, rng)
+        turns, trained = agent.expert_episode(setup, task, 0.5, rng)
         explored += trained.count(False)
         expected_text = task.prompt + "".join(a + o for a, o in turns[:-1]) + turns[-1][0]
         assert tok.decode(tokens[row][attention[row] > 0].tolist()) == expected_text
@@ -330,7 +331,6 @@ def test_sft_examples_train_only_the_experts_actions():
 
 
 def test_igpo_agent_run_resumes_exactly(tmp_path):
-    from rl4llm.train import agent_trainer
     from rl4llm.train import metrics as metrics_lib
 
     def records(workdir):
@@ -339,12 +339,12 @@ def test_igpo_agent_run_resumes_exactly(tmp_path):
 
     config = agent_config(advantage="igpo")
     full, resumed = str(tmp_path / "full"), str(tmp_path / "resumed")
-    agent_trainer.run(config, full)
+    job.run(config, full)
     # The run as interrupted after RL step 1: its workdir with the SFT stage and RL checkpoint 1 only.
     shutil.copytree(full, resumed)
     shutil.rmtree(os.path.join(resumed, "checkpoints", "rl", "2"))
     os.remove(os.path.join(resumed, "metrics.jsonl"))
-    summary = agent_trainer.run(config, resumed)
+    summary = job.run(config, resumed)
     assert summary["rl_steps"] == 2 and sorted(records(resumed)) == [2]
     assert records(resumed)[2] == records(full)[2]
     assert {"eval/success", "eval/valid_action", "success", "num_turns", "loss/pg"} <= set(records(full)[2])
@@ -357,7 +357,6 @@ def test_kg_search_recipe_runs_an_rl_step_with_turn_rewards(tmp_path):
     """configs/agent_kg_search.py on the nano model: one SFT step, one MT-GRPO step on G-RA gated turn rewards,
     a held-out evaluation."""
     from configs import agent_kg_search
-    from rl4llm.train import agent_trainer
     from rl4llm.train import metrics as metrics_lib
 
     c = agent_kg_search.get_config()
@@ -368,7 +367,7 @@ def test_kg_search_recipe_runs_an_rl_step_with_turn_rewards(tmp_path):
     c.rl.steps, c.rl.num_prompts, c.rl.num_generations = 1, 2, 2
     c.eval.every, c.log_every, c.checkpoint.every = 1, 1, 1
     c.agent.gated_rewards = True
-    summary = agent_trainer.run(c, str(tmp_path))
+    summary = job.run(c, str(tmp_path))
     (record,) = metrics_lib.read_metrics(str(tmp_path), "rl")
     assert summary["rl_steps"] == 1 and np.isfinite(record["loss/pg"])
     assert {"eval/success", "eval/valid_action", "num_turns", "g_ra/gate_open_frac"} <= set(record)
@@ -378,14 +377,13 @@ def test_kg_search_recipe_runs_an_rl_step_with_turn_rewards(tmp_path):
 def test_gated_rewards_by_hand(advantage):
     """G-RA (δ = 1): the turn rewards of the trajectory whose outcome is below the gate are zeroed; a turn-level
     estimator gets them per turn, a trajectory-level one the score outcome + Σ gated turn rewards."""
-    from rl4llm.train import agent_trainer
 
     c = agent_config(advantage=advantage)
     c.agent.gated_rewards = True
     outcome = np.array([1.0, 0.0])
     turn_rewards = np.array([[0.5, 0.25, 0.0], [1.0, 1.0, 0.0]])
     valid = np.array([[True, True, False], [True, True, False]])
-    scores, turns, metrics = agent_trainer.gate_turn_rewards(c, outcome, turn_rewards, valid)
+    scores, turns, metrics = episodes.gate_turn_rewards(c, outcome, turn_rewards, valid)
     if advantage == "mt_grpo":
         np.testing.assert_allclose(scores, [1.0, 0.0])
         np.testing.assert_allclose(turns, [[0.5, 0.25, 0.0], [0.0, 0.0, 0.0]])
@@ -394,12 +392,12 @@ def test_gated_rewards_by_hand(advantage):
         np.testing.assert_allclose(turns, turn_rewards)
     assert metrics == {"g_ra/gate_open_frac": 0.5, "g_ra/gated_turn_reward": 0.75 / 4}
     c.agent.gated_rewards = False
-    scores, turns, metrics = agent_trainer.gate_turn_rewards(c, outcome, turn_rewards, valid)
+    scores, turns, metrics = episodes.gate_turn_rewards(c, outcome, turn_rewards, valid)
     assert scores is outcome and turns is turn_rewards and metrics == {}
 
 
 def test_agent_config_errors_name_the_field():
-    from rl4llm.train import config_validation
+    from rl4llm.config import validation as config_validation
 
     c = agent_config(advantage="prime")
     c.agent.turn_reward = "tool_succes:1"

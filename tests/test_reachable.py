@@ -9,14 +9,13 @@ import pytest
 from configs import default
 from rl4llm.rewards import length as length_lib
 from rl4llm.rl import registry
-from rl4llm.train import agent_config as agent_config_lib
-from rl4llm.train import config_validation
+from rl4llm.config import validation as config_validation
 from tests.test_multi_turn import agent_config
 
 
 @pytest.mark.parametrize("name", sorted(registry.ADVANTAGES))
 def test_every_advantage_estimator_is_accepted_by_the_loop_that_feeds_it(name):
-    agent = bool(registry.advantage_inputs(name) & set(agent_config_lib.AGENT_ADVANTAGE_INPUTS))
+    agent = bool(registry.advantage_inputs(name) & set(registry.MULTI_TURN_ADVANTAGE_INPUTS))
     config = agent_config(advantage=name) if agent else default.get_config()
     config.rl.advantage = name
     if name == "gbpo":  # GBPO's weights need its loss (the targets come with it)

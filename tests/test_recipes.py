@@ -2,7 +2,7 @@
 its paper is about acts (`MECHANISMS`: the metric that shows it is non-zero).
 
 The SFT warm start is shared: one module-scoped run finishes SFT (and no RL); each recipe copies that
-workdir, so `trainer.run_sft` finds a completed SFT checkpoint and reuses it. The tiny policy solves almost
+workdir, so `sft.run_sft` finds a completed SFT checkpoint and reuses it. The tiny policy solves almost
 nothing, so every group would get all-zero rewards and zero advantages (no mechanism could act): the runs score
 with `_parity_reward` instead (even answers: always right, so those groups are all-equal; odd answers: right iff
 the completion has an even length), with the recipe's own update schedule and a learning rate large enough
@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 from configs import default
-from rl4llm.train import config_validation
+from rl4llm.config import validation as config_validation
 from rl4llm.train import metrics as metrics_lib
-from rl4llm.train import trainer
+from rl4llm.train import job
+from rl4llm.train import single_turn
 from tests.test_train import tiny_config
 
 RECIPES = (
@@ -111,13 +112,13 @@ def sft_workdir(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("sft"))
     config = shrink(default.get_config())
     config.rl.steps = 0
-    trainer.run(config, workdir)
+    job.run(config, workdir)
     return workdir
 
 
 def _run_from_sft(config, sft_workdir, workdir):
     shutil.copytree(sft_workdir, workdir)
-    trainer.run(config, workdir)
+    job.run(config, workdir)
     records = {r["step"]: r for r in metrics_lib.read_metrics(workdir, "rl")}
     assert sorted(records) == list(range(1, RL_STEPS + 1))
     for step, record in records.items():
@@ -291,22 +292,22 @@ def test_prime_trains_only_on_groups_in_the_accuracy_band(sft_workdir, tmp_path,
     config.selection.acc_low = recipe.selection.acc_low  # the recipe's band (shrink widens it for the smoke runs)
     config.task.reward = "even_answers_always_right"
     config.selection.max_gen_rounds = 1  # one round: out-of-band groups must complete the batch
-    collect, seen = trainer.collect_rollouts, []
-    monkeypatch.setattr(trainer, "collect_rollouts", lambda *a, **k: seen.append(collect(*a, **k)) or seen[-1])
+    collect, seen = single_turn.collect, []
+    monkeypatch.setattr(single_turn, "collect", lambda *a, **k: seen.append(collect(*a, **k)) or seen[-1])
     shutil.copytree(sft_workdir, tmp_path / "prime_band")
-    trainer.run(config, str(tmp_path / "prime_band"))  # a step with every group masked out logs NaN token stats
+    job.run(config, str(tmp_path / "prime_band"))  # a step with every group masked out logs NaN token stats
     assert len(seen) == RL_STEPS
     b, g = config.rl.num_prompts, config.rl.num_generations
     trained_groups = masked_groups = 0
-    for rollouts in seen:
-        mask = np.asarray(rollouts.batch.completion_mask)
-        np.testing.assert_array_equal(rollouts.prm_batch.completion_mask, mask)  # the PRM sees the same rows
-        accuracy = np.asarray(rollouts.prm_batch.labels).reshape(b, g).mean(axis=1)
+    for batch in seen:
+        mask = np.asarray(batch.batch.completion_mask)
+        np.testing.assert_array_equal(batch.prm_batch.completion_mask, mask)  # the PRM sees the same rows
+        accuracy = np.asarray(batch.prm_batch.labels).reshape(b, g).mean(axis=1)
         trained = mask.reshape(b, -1).any(axis=1)
         in_band = (accuracy >= 0.2) & (accuracy <= 0.8)
         np.testing.assert_array_equal(trained, in_band)
-        assert not np.any(np.asarray(rollouts.batch.advantages).reshape(b, -1)[~trained])
-        assert rollouts.host_metrics["selection/filled_with_dropped"] == np.sum(~trained)
+        assert not np.any(np.asarray(batch.batch.advantages).reshape(b, -1)[~trained])
+        assert batch.host_metrics["selection/filled_with_dropped"] == np.sum(~trained)
         trained_groups, masked_groups = trained_groups + trained.sum(), masked_groups + (~trained).sum()
     assert trained_groups > 0 and masked_groups > 0  # both kinds of group occurred
 

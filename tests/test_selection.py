@@ -22,9 +22,9 @@ from rl4llm.data import replay
 from rl4llm.data import selection
 from rl4llm.rl import losses
 from rl4llm.train import checkpointing
-from rl4llm.train import config_validation
+from rl4llm.config import validation as config_validation
 from rl4llm.train import metrics as metrics_lib
-from rl4llm.train import trainer
+from rl4llm.train import job
 from tests.test_train import tiny_config
 
 
@@ -327,7 +327,7 @@ def warm_start(tmp_path_factory):
     """A finished tiny SFT stage (tokenizer + checkpoint), copied into each run so SFT is trained once."""
     workdir = str(tmp_path_factory.mktemp("sft"))
     config = tiny_config(steps=0)
-    trainer.run(config, workdir)
+    job.run(config, workdir)
     return workdir
 
 
@@ -335,7 +335,7 @@ def _run(config, warm_start, workdir, **kwargs):
     if not os.path.exists(workdir):
         for part in ("tokenizer", os.path.join("checkpoints", "sft")):
             shutil.copytree(os.path.join(warm_start, part), os.path.join(workdir, part))
-    trainer.run(config, workdir, **kwargs)
+    job.run(config, workdir, **kwargs)
     return {r["step"]: r for r in metrics_lib.read_metrics(workdir, "rl")}
 
 

@@ -139,7 +139,7 @@ def test_registry_arithmetic_is_the_arithmetic_module():
     ],
 )
 def test_task_config_errors_name_the_field(overrides, message):
-    from rl4llm.train import config_validation
+    from rl4llm.config import validation as config_validation
 
     config = default.get_config()
     for path, value in overrides.items():
@@ -153,7 +153,7 @@ def test_task_config_errors_name_the_field(overrides, message):
 
 
 def test_default_config_with_every_pipeline_option_is_valid():
-    from rl4llm.train import config_validation
+    from rl4llm.config import validation as config_validation
 
     config = default.get_config()
     config.task.update(

@@ -9,9 +9,10 @@ import sys
 
 import numpy as np
 
-from rl4llm.train import config_validation
+from rl4llm.config import validation as config_validation
 from rl4llm.train import metrics as metrics_lib
-from rl4llm.train import trainer
+from rl4llm.train import job
+from rl4llm.train import setup as setup_lib
 
 # Recipes that set their own task: tested here, not by tests/test_recipes.py (which swaps in the tiny arithmetic task).
 TASK_RECIPES = ("grpo_countdown", "grpo_gsm8k_local")
@@ -95,7 +96,7 @@ def test_countdown_recipe_scores_its_reference_solutions(tmp_path):
     assert "--config=configs/grpo_countdown.py" in grpo_countdown.get_config.__doc__
     config = grpo_countdown.get_config()
     config_validation.validate(config)
-    setup = trainer.build_setup(config, str(tmp_path))
+    setup = setup_lib.build_setup(config, str(tmp_path))
     try:
         examples = setup.task.source.train_examples(0, 8)
         assert not setup.tokenizer.unknown_chars("".join(e.prompt + e.solution for e in examples))
@@ -122,6 +123,6 @@ def test_gsm8k_local_recipe_runs(tmp_path):
     _write_gsm8k(config.task.local.test_path, 8, offset=100)
     config.sampling.prompt_bucket = 48
     config_validation.validate(config)
-    trainer.run(config, str(tmp_path / "run"))
+    job.run(config, str(tmp_path / "run"))
     for record in _rl_records(str(tmp_path / "run")).values():
         assert record["reward/timeouts"] == 0 and record["reward/errors"] == 0

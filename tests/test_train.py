@@ -14,11 +14,13 @@ from rl4llm import models
 from rl4llm import rewards
 from rl4llm.rewards import arithmetic as arithmetic_reward
 from rl4llm.train import checkpointing
-from rl4llm.train import config_validation
+from rl4llm.config import validation as config_validation
 from rl4llm.train import evaluate
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import metrics as metrics_lib
-from rl4llm.train import trainer
+from rl4llm.train import job
+from rl4llm.train import optim
+from rl4llm.train import programs
 
 
 def tiny_config(**rl_overrides):
@@ -60,11 +62,11 @@ def _comparable(record):
 def test_resume_equals_uninterrupted(tmp_path):
     config = tiny_config()
     full = str(tmp_path / "full")
-    trainer.run(config, full)
+    job.run(config, full)
     resumed = str(tmp_path / "resumed")
-    trainer.run(config, resumed, stop_after_rl_step=4)  # interrupted after step 4 (checkpoint at 4)
+    job.run(config, resumed, stop_after_rl_step=4)  # interrupted after step 4 (checkpoint at 4)
     assert max(_rl_records(resumed)) == 4
-    summary = trainer.run(config, resumed)
+    summary = job.run(config, resumed)
     assert summary["rl_steps"] == 6
     full_records, resumed_records = _rl_records(full), _rl_records(resumed)
     assert sorted(full_records) == sorted(resumed_records) == list(range(1, 7))
@@ -77,19 +79,19 @@ def test_resume_equals_uninterrupted(tmp_path):
 def test_corrupted_latest_checkpoint_falls_back_with_warning(tmp_path, caplog):
     config = tiny_config()
     workdir = str(tmp_path / "run")
-    trainer.run(config, workdir, stop_after_rl_step=4)
+    job.run(config, workdir, stop_after_rl_step=4)
     latest = os.path.join(workdir, "checkpoints", "rl", "4", "state")
     for root, _, files in os.walk(latest):
         for name in files:
             with open(os.path.join(root, name), "wb") as f:
                 f.write(b"garbage")
     with caplog.at_level("WARNING"):
-        summary = trainer.run(config, workdir)
+        summary = job.run(config, workdir)
     assert any("step 4" in r.getMessage() and "unreadable" in r.getMessage() for r in caplog.records)
     assert summary["rl_steps"] == 6
     # It went back to step 2 and redid 3..6: the metrics equal an uninterrupted run's.
     fresh = str(tmp_path / "fresh")
-    trainer.run(config, fresh)
+    job.run(config, fresh)
     for step in (3, 4, 5, 6):
         assert _comparable(_rl_records(workdir)[step]) == _comparable(_rl_records(fresh)[step])
 
@@ -99,18 +101,18 @@ def test_changed_config_on_resume_is_a_clear_error_and_moves_nothing(tmp_path):
     resuming names the differing entry and leaves every checkpoint where it was."""
     config = tiny_config()
     workdir = str(tmp_path / "run")
-    trainer.run(config, workdir, stop_after_rl_step=2)
+    job.run(config, workdir, stop_after_rl_step=2)
     before = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
     config.rl.warmup_steps = 0
     with pytest.raises(checkpointing.CheckpointMismatchError, match=r"opt_state\.1\.2\.count: only in the checkpoint"):
-        trainer.run(config, workdir)
+        job.run(config, workdir)
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == before
     assert os.listdir(os.path.join(workdir, "checkpoints", "rl")) != []
 
 
 def test_outputs_and_sampler_learner_agreement(tmp_path):
     workdir = str(tmp_path / "run")
-    summary = trainer.run(tiny_config(), workdir)
+    summary = job.run(tiny_config(), workdir)
     for key in ("sft_eval_accuracy", "rl_eval_accuracy", "rl_steps", "wall_seconds"):
         assert key in summary
     assert os.listdir(os.path.join(workdir, "tensorboard"))
@@ -172,6 +174,10 @@ def test_learner_step_invariant_to_micro_batching():
             np.testing.assert_allclose(got_metrics["grad_norm"], ref_metrics["grad_norm"], rtol=1e-5)
             np.testing.assert_allclose(got_metrics["loss/pg"], ref_metrics["loss/pg"], rtol=1e-5, atol=1e-7)
             jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got_params, ref_params)
+            # maxima / minima over the whole minibatch, not averages of the micro-batches' (metrics.extremum)
+            for key in ("ratio_max", "ratio_min", "ratio_mean", "clip_frac"):
+                np.testing.assert_allclose(got_metrics[key], ref_metrics[key], rtol=1e-5)
+        assert ref_metrics["ratio_max"] > ref_metrics["ratio_min"]
 
 
 def test_dr_grpo_normaliser_is_one_constant_whatever_the_padded_length():
@@ -210,9 +216,9 @@ def test_dr_grpo_normaliser_is_one_constant_whatever_the_padded_length():
     unpadded, padded = loss_and_grad_norm(0, 0.0), loss_and_grad_norm(pad, 0.0)  # C = the padded length: 6, then 11
     np.testing.assert_allclose(padded[1], unpadded[1] * t / (t + pad), rtol=1e-5)
     config = default.get_config()
-    assert trainer.learner_config(config).agg_norm_length == config.sampling.max_new_tokens
+    assert programs.learner_config(config).agg_norm_length == config.sampling.max_new_tokens
     config.agent.env = "guess_number"
-    assert trainer.learner_config(config).agg_norm_length == config.agent.max_context
+    assert programs.learner_config(config).agg_norm_length == config.agent.max_context
 
 
 @pytest.mark.parametrize(
@@ -277,13 +283,13 @@ def test_cosine_schedule_without_updates_after_warmup_is_named():
 
 def test_cosine_learning_rate_schedule_hand_values():
     """Warm-up 10 then cosine to 0 at update 110: lr(t) = 2e-3 * (1 + cos(pi * (t - 10) / 100)) / 2."""
-    lr = learner_lib.learning_rate_schedule(2e-3, 10, "cosine", 110)
+    lr = optim.learning_rate_schedule(2e-3, 10, "cosine", 110)
     assert float(lr(5)) == pytest.approx(1e-3)  # linear warm-up: 2e-3 * 5 / 10
     assert float(lr(10)) == pytest.approx(2e-3)
     assert float(lr(60)) == pytest.approx(1e-3)  # cos(pi / 2) = 0
     assert float(lr(85)) == pytest.approx(2e-3 * (1 + np.cos(0.75 * np.pi)) / 2)
     assert float(lr(110)) == pytest.approx(0.0, abs=1e-12)
-    assert learner_lib.learning_rate_schedule(2e-3, 0, "constant", 110) == 2e-3
+    assert optim.learning_rate_schedule(2e-3, 0, "constant", 110) == 2e-3
 
 
 def test_unknown_loss_hyperparameter_is_named():
@@ -371,7 +377,7 @@ def test_reward_rises_in_a_short_run(tmp_path, monkeypatch):
     config.sft.learning_rate = 1e-2
     config.eval.every = 30
     config.checkpoint.every = 30
-    trainer.run(config, str(tmp_path / "run"))
+    job.run(config, str(tmp_path / "run"))
     rewards_by_step = [r["reward"] for r in metrics_lib.read_metrics(str(tmp_path / "run"), "rl")]
     first, last = np.mean(rewards_by_step[:5]), np.mean(rewards_by_step[-5:])
     assert last > first + 0.2, rewards_by_step
@@ -383,7 +389,7 @@ def test_canon_runs_from_its_config_on_each_responses_mean_entropy(tmp_path, mon
     monkeypatch.setitem(rewards.REWARDS, "answer_is_even", _answer_is_even)
     config = tiny_config(steps=1, advantage="canon")
     config.task.reward = "answer_is_even"
-    assert trainer.needs_behaviour_pass(config)
-    trainer.run(config, str(tmp_path / "run"))
+    assert programs.needs_behaviour_pass(config)
+    job.run(config, str(tmp_path / "run"))
     (record,) = metrics_lib.read_metrics(str(tmp_path / "run"), "rl")
     assert np.isfinite(record["loss/pg"]) and record["useful_frac"] > 0, record

@@ -476,3 +476,16 @@ def apply(cfg: ModelConfig, params: Params, tokens: jax.Array, positions: jax.Ar
     hidden, cache = forward(cfg, params, tokens, positions, attention_mask, cache=cache,
                             cache_index=cache_index)
     return unembed(cfg, params, hidden), cache
+
+
+def init_param_shardings(cfg: ModelConfig, mesh: jax.sharding.Mesh, rules=sharding.DEFAULT_RULES) -> Any:
+    """NamedSharding of every param of `init_params(cfg, key)` (same tree), from `param_logical_axes(cfg)` and
+    `rules` (`sharding.partition_spec`). For any other params tree (e.g. with LoRA adapters):
+    `parallel.rules.param_shardings`."""
+    shapes = jax.eval_shape(init_params, cfg, jax.random.key(0))
+    return jax.tree.map(
+        lambda a, s: jax.sharding.NamedSharding(mesh, sharding.partition_spec(a, s.shape, mesh, rules)),
+        param_logical_axes(cfg),
+        shapes,
+        is_leaf=lambda x: isinstance(x, tuple),
+    )

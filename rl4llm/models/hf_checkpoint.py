@@ -42,7 +42,7 @@ from safetensors.numpy import save_file
 
 from rl4llm.models import sharding as sharding_lib
 from rl4llm.models.config import Llama3RopeScaling, ModelConfig
-from rl4llm.models.decoder import Params, init_params
+from rl4llm.models.decoder import Params, init_param_shardings, init_params
 
 CONFIG_FILE = "config.json"
 SINGLE_FILE = "model.safetensors"
@@ -301,7 +301,7 @@ def load_hf_checkpoint(
     """(ModelConfig, params) of the HF model in `model_dir`, params cast to the config's param_dtype.
 
     `config_overrides` replace ModelConfig fields (param_dtype, dtype, remat, ...; shapes must match the
-    checkpoint). With a `mesh`, each param is placed with `sharding.param_shardings(cfg, mesh, rules)`;
+    checkpoint). With a `mesh`, each param is placed with `decoder.init_param_shardings(cfg, mesh, rules)`;
     without one, on the default device. Unknown or missing tensors, and shapes that disagree with
     config.json, raise CheckpointError naming the tensor and its file.
     """
@@ -309,7 +309,7 @@ def load_hf_checkpoint(
     if cfg.lora_rank:
         raise CheckpointError("load_hf_checkpoint loads the base model; add LoRA adapters with lora.add_adapters.")
     files = _tensor_files(model_dir)
-    shardings = sharding_lib.param_shardings(cfg, mesh, rules) if mesh is not None else None
+    shardings = init_param_shardings(cfg, mesh, rules) if mesh is not None else None
     entries = list(_param_entries(cfg))
     expected = {hf_name for _, _, hf_name, _, _ in entries}
     unknown = sorted(n for n in files if n not in expected and not _IGNORED_TENSORS.match(n)

@@ -1,4 +1,4 @@
-"""Parameter shardings from the decoder's logical axis names (`decoder.param_logical_axes`).
+"""Partition specs from logical axis names (the decoder's params: `decoder.init_param_shardings`).
 
 A rule maps a logical axis name (`vocab`, `embed`, `mlp`, `heads`, `kv_heads`, `head_dim`) to a mesh axis
 name (or None: replicated). A rule whose mesh axis is absent from the mesh, has size 1, does not divide the
@@ -9,12 +9,11 @@ one rule table fits every model and mesh (e.g. 2 kv heads on a tensor axis of 4 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Mapping
 
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, PartitionSpec
 
-from rl4llm.models.config import ModelConfig
 
 # FSDP over the model width, tensor parallelism over heads / MLP / vocabulary (Megatron layout); the rows of
 # batches and activations over the data-parallel axes.
@@ -51,20 +50,6 @@ def partition_spec(
         used.update(mesh_axes)
         spec.append(None if not mesh_axes else mesh_axes[0] if len(mesh_axes) == 1 else tuple(mesh_axes))
     return PartitionSpec(*spec)
-
-
-def param_shardings(cfg: ModelConfig, mesh: Mesh, rules: Mapping[str, str | None] = DEFAULT_RULES) -> Any:
-    """NamedSharding of every param (same tree as `init_params(cfg, key)`)."""
-    from rl4llm.models.decoder import init_params, param_logical_axes  # the decoder imports this module
-
-    shapes = jax.eval_shape(init_params, cfg, jax.random.key(0))
-    axes = param_logical_axes(cfg)
-    return jax.tree.map(
-        lambda a, s: NamedSharding(mesh, partition_spec(a, s.shape, mesh, rules)),
-        axes,
-        shapes,
-        is_leaf=lambda x: isinstance(x, tuple),
-    )
 
 
 def constrain_rows(x: jax.Array) -> jax.Array:

@@ -132,11 +132,15 @@ FORCED_AGG_MODE: dict[str, str] = {
     "kimi": "seq-mean-token-sum",
 }
 
-ADVANTAGE_INPUTS = (
-    "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values",
-    "baseline_scores", "reward_components", "seq_metric", "process_rewards",
-    "turn_rewards", "turn_id", "turn_end", "turn_valid", "gt_logprobs",
-)
+# The standard inputs of advantage estimators (every other parameter is a hyper-parameter): the ones every rollout
+# source provides, those only the single-turn source provides (ReMax's greedy baseline, the reward pipeline's
+# components, CANON's split metric, PRIME's dense rewards) and those only the multi-turn source provides (the turn
+# layout, IGPO's ground-truth log-probs). `train.inputs` holds a provider for each.
+COMMON_ADVANTAGE_INPUTS = ("scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values")
+SINGLE_TURN_ADVANTAGE_INPUTS = ("baseline_scores", "reward_components", "seq_metric", "process_rewards")
+MULTI_TURN_ADVANTAGE_INPUTS = ("turn_rewards", "turn_id", "turn_end", "turn_valid", "gt_logprobs")
+ADVANTAGE_INPUTS = COMMON_ADVANTAGE_INPUTS + SINGLE_TURN_ADVANTAGE_INPUTS + MULTI_TURN_ADVANTAGE_INPUTS
+# The standard inputs of policy losses; the learner provides every one (`train.learner`).
 LOSS_INPUTS = (
     "logp", "old_logp", "advantages", "mask", "agg_mode", "agg_weights", "is_weights",
     "key", "entropy", "proxy_logp", "target_advantages", "token_stats",

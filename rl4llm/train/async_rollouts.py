@@ -19,7 +19,7 @@ learner starts step s from (version s) and π_θ the one being updated,
 (token, or sequence with rl.tis_level = "sequence"), i.e. the PPO ratio is against the proximal policy
 and the behaviour mismatch is corrected by truncated IS (`learner.policy_is_weights`). With one update
 per batch π_prox is the learner's own stop-gradient log-probs; with several (ppo_epochs x minibatches
-> 1) `trainer.learn_on_rollouts` recomputes them under version s before the first update. AReaL masks
+> 1) `step.learn_on_rollouts` recomputes them under version s before the first update. AReaL masks
 tokens with w > cap; we truncate w at the cap (TIS, Yao et al. 2025). When π_behav = π_prox
 (synchronous, or staleness 0) this is exactly the synchronous loss.
 
@@ -67,7 +67,8 @@ def sampler_snapshot(state) -> Any:
     learner step donates `state`'s device buffers while the sampler still generates from this version;
     host (numpy) leaves such as the selection state are never donated and are shared."""
     no_opt = lambda s: None if s is None else s.replace(opt_state=None)  # noqa: E731
-    view = state.replace(opt_state=None, critic=no_opt(state.critic), prm=no_opt(state.prm))
+    view = state.replace(opt_state=None).with_extras(critic=no_opt(state.extra("critic")),
+                                                     prm=no_opt(state.extra("prm")))
     return jax.tree.map(lambda x: jnp.copy(x) if isinstance(x, jax.Array) else x, view)
 
 

@@ -26,10 +26,12 @@ from rl4llm import models
 from rl4llm.models import lora
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
-from rl4llm.rl import losses as losses_lib
 from rl4llm.rl import registry
-from rl4llm.train import epo as epo_lib
 from rl4llm.train import logprobs as logprobs_lib
+from rl4llm.train import metrics as metrics_lib
+from rl4llm.train import optim
+from rl4llm.train import token_weights
+from rl4llm.train.companions import epo as epo_lib
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -39,16 +41,22 @@ class TrainState(flax.struct.PyTreeNode):
     opt_state: Any  # optimizer state of lora.trainable(params)
     ref_params: Any  # frozen reference policy for KL (the warm-start params); None when KL is off
     key: jax.Array  # uint32 key data; the draws of RL step s come from fold_in(key, s)
-    # Adaptive coefficients (float32 scalars) when the run adapts them (config.rl.kl_target /
-    # config.rl.entropy_target > 0); None: the fixed LearnerConfig value is used.
-    kl_coef: Any = None
-    entropy_coef: Any = None
-    critic: Any = None  # train.critic.CriticState of PPO's value model (rl.advantage="gae"); None otherwise
-    prm: Any = None  # train.prime.PRMState of PRIME's implicit PRM (rl.advantage="prime"); None otherwise
+    # What a run adds to the policy, by name, present only when it is on: the controllers' adaptive coefficients
+    # ("kl_coef", "entropy_coef": float32 scalars, config.rl.kl_target / entropy_target > 0; absent: the fixed
+    # LearnerConfig value) and the companions' states ("critic", "prm", "epo": `train.companions`).
+    extras: dict = flax.struct.field(default_factory=dict)
     # rl4llm.data.selection.SelectionState (host numpy: per-prompt statistics, replay buffer) under
     # config.selection's per-prompt methods; None otherwise. Checkpointed; never an input of the jitted step.
     selection: Any = None
-    epo: Any = None  # train.epo.EPOState: EPO's per-turn entropy history (config.agent.epo.coef > 0); None otherwise
+
+    def extra(self, name: str):
+        """`extras[name]`, or None when the run has no such state."""
+        return self.extras.get(name)
+
+    def with_extras(self, **values) -> "TrainState":
+        """This state with `extras[name] = value` for each (a None value removes the entry)."""
+        extras = {**self.extras, **values}
+        return self.replace(extras={k: v for k, v in extras.items() if v is not None})
 
 
 class LearnerBatch(flax.struct.PyTreeNode):
@@ -83,61 +91,10 @@ class LearnerConfig:
     tis_cap: float = 0.0  # > 0: truncated IS weights against the sampler log-probs on the policy loss
     tis_level: str = "token"  # "token" | "sequence" (losses.truncated_is_weights)
     logprob_vocab_chunk_size: int = 0  # > 0: vocabulary entries projected at once (online logsumexp); 0: all
-    epo: tuple = ()  # EPO's settings (train.epo.learner_settings); (): no EPO term
+    epo: tuple = ()  # EPO's settings (train.companions.epo.learner_settings); (): no EPO term
     agg_norm_length: float = 0.0  # C of "seq-mean-token-sum-norm" (Dr.GRPO's run constant); 0: the padded length
 
 
-LR_SCHEDULES = ("constant", "cosine")
-
-
-def learning_rate_schedule(learning_rate: float, warmup_steps: int, schedule: str = "constant",
-                           total_steps: int = 0) -> optax.Schedule | float:
-    """Learning rate per optimizer update: linear warm-up from 0 over `warmup_steps`, then
-
-    - "constant": `learning_rate`;
-    - "cosine": `learning_rate * (1 + cos(pi * (t - warmup) / (total - warmup))) / 2`, reaching 0 at update
-      `total_steps` (SGDR, Loshchilov & Hutter 2017; optax.warmup_cosine_decay_schedule).
-    """
-    if schedule == "cosine":
-        return optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup_steps, total_steps, end_value=0.0)
-    if schedule != "constant":
-        raise ValueError(f"learning-rate schedule {schedule!r}: must be one of {LR_SCHEDULES}")
-    return optax.linear_schedule(0.0, learning_rate, warmup_steps) if warmup_steps > 0 else learning_rate
-
-
-def make_optimizer(
-    learning_rate: float,
-    warmup_steps: int,
-    weight_decay: float,
-    grad_clip: float,
-    b1: float = 0.9,
-    b2: float = 0.999,
-    eps: float = 1e-8,
-    *,
-    schedule: str = "constant",
-    total_steps: int = 0,
-) -> optax.GradientTransformation:
-    """AdamW after global-norm gradient clipping, with `learning_rate_schedule(...)` as its learning rate."""
-    lr = learning_rate_schedule(learning_rate, warmup_steps, schedule, total_steps)
-    adamw = optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
-    return optax.chain(optax.clip_by_global_norm(grad_clip), adamw) if grad_clip > 0 else adamw
-
-
-# Standard inputs the learner passes to every policy loss (besides logp, old_logp, advantages, mask).
-PROVIDED_LOSS_INPUTS = (
-    "logp",
-    "old_logp",
-    "advantages",
-    "mask",
-    "agg_mode",
-    "agg_weights",
-    "is_weights",
-    "key",
-    "entropy",
-    "proxy_logp",
-    "target_advantages",
-    "token_stats",
-)
 # LearnerBatch fields forwarded to the policy loss when they are set.
 _OPTIONAL_LOSS_INPUTS = ("proxy_logp", "target_advantages")
 
@@ -149,8 +106,9 @@ def coefficients(cfg: LearnerConfig, state: TrainState) -> tuple:
     fixed ones from the config. The KL term is on iff `cfg.kl_coef > 0`; the entropy term iff the
     coefficient is adaptive or `cfg.entropy_coef != 0` (a negative one minimises entropy).
     """
-    kl_coef = None if cfg.kl_coef <= 0 else (cfg.kl_coef if state.kl_coef is None else state.kl_coef)
-    entropy_coef = state.entropy_coef if state.entropy_coef is not None else (cfg.entropy_coef or None)
+    kl_coef = None if cfg.kl_coef <= 0 else (cfg.kl_coef if state.extra("kl_coef") is None else state.extra("kl_coef"))
+    entropy_coef = state.extra("entropy_coef")
+    entropy_coef = entropy_coef if entropy_coef is not None else (cfg.entropy_coef or None)
     return kl_coef, entropy_coef
 
 
@@ -158,55 +116,6 @@ def reference_params(state: TrainState):
     """Params of the KL reference policy: for LoRA params (`lora.has_adapters`), the same params with the
     adapters off (the frozen base, no second copy); otherwise `state.ref_params`."""
     return lora.adapters_off(state.params) if lora.has_adapters(state.params) else state.ref_params
-
-
-def policy_is_weights(cfg: LearnerConfig, old_logp, mb: LearnerBatch):
-    """Per-token weights [N, T] of the policy loss (or None): batch token weights × truncated IS weights.
-
-    TIS (Yao et al. 2025): `min(exp(old_logp − sampler_logp), tis_cap)` per token or per sequence, where
-    old_logp are the learner's log-probs of the rollout policy (`losses.truncated_is_weights`).
-    """
-    weights = mb.token_weights
-    if cfg.tis_cap > 0:
-        tis = tis_weights(cfg, old_logp, mb)
-        weights = tis if weights is None else weights * tis
-    return weights
-
-
-def tis_weights(cfg: LearnerConfig, old_logp, mb: LearnerBatch):
-    """TIS weights [N, T] against the sampler (`losses.truncated_is_weights`, cap `cfg.tis_cap` > 0)."""
-    return losses_lib.truncated_is_weights(old_logp, mb.sampler_logp, mb.completion_mask, cap=cfg.tis_cap,
-                                           level=cfg.tis_level)
-
-
-def mechanism_sums(cfg: LearnerConfig, old_logp, mb: LearnerBatch) -> dict:
-    """Token sums of the learner-side mechanisms' metrics (divided by the token count when logged):
-    `token_selection_frac` (80/20: tokens kept by the forking-token mask), `tis/weight_mean` and
-    `tis/truncated_frac` (truncated IS: mean weight, tokens whose ratio reached the cap)."""
-    mask = mb.completion_mask
-    sums = {}
-    if mb.token_weights is not None:
-        sums["token_selection_frac"] = jnp.sum((mb.token_weights != 0) * mask)
-    if cfg.tis_cap > 0:
-        tis = tis_weights(cfg, old_logp, mb)
-        sums["tis/weight_mean"] = jnp.sum(tis * mask)
-        sums["tis/truncated_frac"] = jnp.sum((tis >= cfg.tis_cap) * mask)
-    return sums
-
-
-def token_statistics(logp, entropy, advantages, mask) -> dict:  # [N, T] each
-    """Whole-batch token statistics: entropy percentiles and the log-prob/advantage covariance.
-
-    `cov = mean_valid((A − mean_valid A)·(logp − mean_valid logp))`, the centred token covariance whose
-    sign predicts the entropy change under policy gradient (Cui et al. 2025, "The Entropy Mechanism of
-    RL for Reasoning LMs", ΔH ≈ −η·Cov(log π, A)).
-    """
-    centred_adv = advantages - aggregation.masked_mean(advantages, mask)
-    centred_logp = logp - aggregation.masked_mean(logp, mask)
-    stats = {"cov_logp_adv": aggregation.masked_mean(centred_adv * centred_logp, mask)}
-    for q in (10, 50, 90):
-        stats[f"entropy_p{q}"] = aggregation.masked_quantile(entropy, mask, q / 100)
-    return stats
 
 
 def _logprob_options(cfg: LearnerConfig) -> dict:
@@ -235,7 +144,7 @@ def minibatch_token_stats(model_cfg, cfg: LearnerConfig, params, batch: LearnerB
     if cfg.loss not in registry.TOKEN_STATISTICS or num_micro == 1:
         return None
     logp_fn = _logprob_fn(model_cfg, cfg, batch.completion_mask.shape[1])
-    inputs = _split_microbatches((batch.tokens, batch.attention_mask), cfg.micro_batch_size)
+    inputs = optim.split_microbatches((batch.tokens, batch.attention_mask), cfg.micro_batch_size)
     logp, entropy = jax.lax.map(lambda xs: logp_fn(params, *xs), inputs)  # [n_micro, m, T] each
     logp, entropy = (x.reshape(batch.completion_mask.shape) for x in (logp, entropy))
     return registry.get_token_statistics(cfg.loss)(
@@ -250,6 +159,28 @@ def minibatch_token_stats(model_cfg, cfg: LearnerConfig, params, batch: LearnerB
     )
 
 
+def _add_regularisers(model_cfg, cfg: LearnerConfig, coefs, loss, sums: dict, logp, entropy, ref_params,
+                      mb: LearnerBatch, agg_weights, epo):
+    """`loss` plus the KL term (k1/k2/k3 to the reference, `rl.kl.estimate`), minus the entropy bonus, plus EPO's
+    term, each aggregated with the whole minibatch's weights; their metrics go into `sums`."""
+    kl_coef, entropy_coef = coefs
+    mask = mb.completion_mask
+    if kl_coef is not None:
+        ref_logp, _ = _logprob_fn(model_cfg, cfg, mask.shape[1])(ref_params, mb.tokens, mb.attention_mask)
+        kl = kl_lib.estimate(logp, jax.lax.stop_gradient(ref_logp), cfg.kl_kind)
+        kl_loss = jnp.sum(kl * agg_weights)
+        loss = loss + kl_coef * kl_loss
+        sums["kl_loss"] = kl_loss
+        sums["kl"] = jnp.sum(kl * mask)
+    if entropy_coef is not None:
+        loss = loss - entropy_coef * jnp.sum(entropy * agg_weights)
+    if cfg.epo:  # EPO's entropy bonus and per-turn corridor; its metrics are whole-batch aggregates once summed
+        epo_loss, epo_metrics = epo_lib.loss(cfg.epo, epo, entropy, mb.turn_id, mask, agg_weights)
+        loss = loss + epo_loss
+        sums.update(epo_metrics)
+    return loss
+
+
 def _microbatch_loss(
     model_cfg, cfg: LearnerConfig, params, ref_params, coefs, mb: LearnerBatch, agg_weights, token_stats, key,
     head_loss: Callable | None = None, head_params=None, head_mb=None, epo=None,
@@ -259,15 +190,13 @@ def _microbatch_loss(
     `token_stats`: the micro-batch's slice of `minibatch_token_stats` (None: the loss computes its own).
     `head_loss(head_params, hidden [m, T, E], head_mb) -> (loss, sums)`: a loss read from the same completion
     hidden states as the log-probs (one decoder forward), added to the policy loss (`HeadLoss`).
-    `epo`: the state's `train.epo.EPOState` (read when `cfg.epo` is set)."""
-    kl_coef, entropy_coef = coefs
+    `epo`: the state's `train.companions.epo.EPOState` (read when `cfg.epo` is set)."""
     completion_len = mb.completion_mask.shape[1]
-    logp_fn = _logprob_fn(model_cfg, cfg, completion_len)
     hidden = models.completion_hidden(model_cfg, params, mb.tokens, mb.attention_mask, completion_len)  # [m, T, E]
     logp, entropy = logprobs_lib.logprobs_from_hidden(model_cfg, params, hidden, mb.tokens[:, -completion_len:],
                                                       **_logprob_options(cfg))
     old_logp = mb.old_logp if cfg.use_old_logp else jax.lax.stop_gradient(logp)
-    is_weights = policy_is_weights(cfg, old_logp, mb)
+    is_weights = token_weights.policy_is_weights(cfg, old_logp, mb)
     extras = {name: getattr(mb, name) for name in _OPTIONAL_LOSS_INPUTS if getattr(mb, name) is not None}
     if token_stats is not None:
         extras["token_stats"] = token_stats
@@ -289,42 +218,25 @@ def _microbatch_loss(
     sums = {"pg_loss": loss, "entropy": jnp.sum(entropy * mask)}
     if is_weights is not None:
         sums["is_weight"] = jnp.sum(is_weights * mask)
-    sums.update(mechanism_sums(cfg, old_logp, mb))
-    if kl_coef is not None:
-        ref_logp, _ = logp_fn(ref_params, mb.tokens, mb.attention_mask)
-        kl = kl_lib.estimate(logp, jax.lax.stop_gradient(ref_logp), cfg.kl_kind)
-        kl_loss = jnp.sum(kl * agg_weights)
-        loss = loss + kl_coef * kl_loss
-        sums["kl_loss"] = kl_loss
-        sums["kl"] = jnp.sum(kl * mask)
-    if entropy_coef is not None:
-        loss = loss - entropy_coef * jnp.sum(entropy * agg_weights)
-    if cfg.epo:  # EPO's entropy bonus and per-turn corridor; its metrics are whole-batch aggregates once summed
-        epo_loss, epo_metrics = epo_lib.loss(cfg.epo, epo, entropy, mb.turn_id, mask, agg_weights)
-        loss = loss + epo_loss
-        sums.update(epo_metrics)
-    # Loss metrics are masked means over the micro-batch: weight them by its token count.
+    sums.update(token_weights.mechanism_sums(cfg, old_logp, mb))
+    loss = _add_regularisers(model_cfg, cfg, coefs, loss, sums, logp, entropy, ref_params, mb, agg_weights, epo)
+    # Loss metrics are masked means over the micro-batch, weighted by its token count, or maxima / minima
+    # (`metrics.extremum`), combined as such over the micro-batches.
     tokens = jnp.sum(mask)
-    sums.update({f"{k}_tokensum": v * tokens for k, v in loss_metrics.items()})
+    sums.update({f"{k}_tokensum": v * tokens for k, v in loss_metrics.items() if metrics_lib.extremum(k) is None})
+    extremes = {k: v for k, v in loss_metrics.items() if metrics_lib.extremum(k) is not None}
     sums["tokens"] = tokens
     sums["logp_gap_sampler_learner"] = jnp.sum(jnp.abs(logp - mb.sampler_logp) * mask)
     head_sums = None
     if head_loss is not None:
         head_value, head_sums = head_loss(head_params, hidden, head_mb)
         loss = loss + head_value
-    return loss, (sums, head_sums, jax.lax.stop_gradient((logp, entropy)))
-
-
-def _split_microbatches(tree, micro_batch_size: int):
-    """Reshapes every leaf [N, ...] -> [N // m, m, ...] (m = micro_batch_size, or N if 0)."""
-    n = jax.tree.leaves(tree)[0].shape[0]
-    m = micro_batch_size or n
-    return jax.tree.map(lambda x: x.reshape((n // m, m) + x.shape[1:]), tree)
+    return loss, (sums, extremes, head_sums, jax.lax.stop_gradient((logp, entropy)))
 
 
 class HeadLoss(NamedTuple):
     """A loss on the policy's completion hidden states trained with the policy loss in the same forward pass:
-    a shared-trunk value head (`train.critic.shared_trunk_step`). Its gradient flows into the policy's params
+    a shared-trunk value head (`train.companions.critic.shared_trunk_step`). Its gradient flows into the policy's params
     as `loss_fn` lets it (the value head scales it by value_loss_coef)."""
 
     loss_fn: Callable  # (params, hidden [m, T, E], micro-batch of `batch`) -> (loss, summed metrics)
@@ -337,6 +249,7 @@ class PolicyGradients(NamedTuple):
 
     grads: Any  # of lora.trainable(params)
     sums: dict  # the policy loss's summed metrics
+    extremes: dict  # the policy loss's maxima / minima over the micro-batches (`metrics.extremum`)
     logp: jax.Array  # [N, T] without gradient
     entropy: jax.Array  # [N, T] without gradient
     head_grads: Any = None  # of HeadLoss.params (None without a head loss)
@@ -362,38 +275,41 @@ def policy_gradients(model_cfg, cfg: LearnerConfig, state: TrainState, batch: Le
 
     def loss_fn(t, h, mb, mb_weights, mb_stats, mb_head):
         return _microbatch_loss(model_cfg, cfg, lora.with_trainable(state.params, t), ref_params, coefs, mb,
-                                mb_weights, mb_stats, key, head_fn, h, mb_head, state.epo)
+                                mb_weights, mb_stats, key, head_fn, h, mb_head, state.extra("epo"))
 
     grad_fn = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
 
-    def accumulate(carry, xs):
-        (_, (mb_sums, mb_head_sums, mb_tokens)), (mb_grads, mb_head_grads) = grad_fn(trainable, head_params, *xs)
-        return jax.tree.map(jnp.add, carry, (mb_grads, mb_head_grads, mb_sums, mb_head_sums)), mb_tokens
+    def part(xs):
+        (_, (mb_sums, mb_extremes, mb_head_sums, mb_tokens)), (mb_grads, mb_head_grads) = grad_fn(
+            trainable, head_params, *xs)
+        return ((mb_grads, mb_head_grads, mb_sums, mb_head_sums), mb_extremes), mb_tokens
+
+    def combine(carry, part):
+        return jax.tree.map(jnp.add, carry[0], part[0]), metrics_lib.combine_extremes(carry[1], part[1])
 
     # Weights of the WHOLE minibatch, sliced per micro-batch: Σ over micro-batches = full-batch aggregate.
     agg_mode = registry.agg_mode_for(cfg.loss, cfg.agg_mode)
     agg_weights = aggregation.aggregation_weights(batch.completion_mask, agg_mode,
                                                   norm_length=cfg.agg_norm_length or None)
     token_stats = minibatch_token_stats(model_cfg, cfg, state.params, batch, key)
-    xs = _split_microbatches((batch, agg_weights, token_stats, head_batch), cfg.micro_batch_size)
+    xs = optim.split_microbatches((batch, agg_weights, token_stats, head_batch), cfg.micro_batch_size)
     first = jax.tree.map(lambda x: x[0], xs)
 
     def carry_shape():
-        (_, (sums, head_sums, _)), (grads, head_grads) = grad_fn(trainable, head_params, *first)
-        return grads, head_grads, sums, head_sums
+        (_, (sums, extremes, head_sums, _)), (grads, head_grads) = grad_fn(trainable, head_params, *first)
+        return (grads, head_grads, sums, head_sums), extremes
 
-    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(carry_shape))
-    (grads, head_grads, sums, head_sums), (logp, entropy) = jax.lax.scan(accumulate, zeros, xs)
+    added_shape, extremes_shape = jax.eval_shape(carry_shape)
+    init = (jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), added_shape), metrics_lib.no_extremes(extremes_shape))
+    ((grads, head_grads, sums, head_sums), extremes), (logp, entropy) = optim.accumulate(part, init, xs, combine)
     unsplit = lambda x: x.reshape(batch.completion_mask.shape)  # noqa: E731
-    return PolicyGradients(grads, sums, unsplit(logp), unsplit(entropy), head_grads, head_sums)
+    return PolicyGradients(grads, sums, extremes, unsplit(logp), unsplit(entropy), head_grads, head_sums)
 
 
 def apply_policy_gradients(optimizer: optax.GradientTransformation, state: TrainState, batch: LearnerBatch,
                            pg: PolicyGradients) -> tuple[TrainState, dict]:
     """One optimizer update of `lora.trainable(state.params)` by `pg.grads`, and the step's policy metrics."""
-    trainable = lora.trainable(state.params)
-    updates, opt_state = optimizer.update(pg.grads, state.opt_state, trainable)
-    params = lora.with_trainable(state.params, optax.apply_updates(trainable, updates))
+    params, opt_state = optim.apply_policy_update(optimizer, state.params, state.opt_state, pg.grads)
     sums = dict(pg.sums)
     tokens = jnp.maximum(sums.pop("tokens"), 1.0)
     metrics = {"loss/pg": sums.pop("pg_loss"), "grad_norm": optax.tree.norm(pg.grads)}
@@ -401,10 +317,12 @@ def apply_policy_gradients(optimizer: optax.GradientTransformation, state: Train
     if "kl_loss" in sums:
         metrics["loss/kl"] = sums.pop("kl_loss")
     metrics.update({k.removesuffix("_tokensum"): v / tokens for k, v in sums.items()})
-    metrics.update(token_statistics(pg.logp, pg.entropy, batch.advantages, batch.completion_mask))
+    metrics.update(pg.extremes)
+    metrics.update(metrics_lib.token_statistics(pg.logp, pg.entropy, batch.advantages, batch.completion_mask))
     state = state.replace(params=params, opt_state=opt_state)
-    if state.epo is not None:  # EPO: this update's entropies join the per-turn history of the next updates
-        state = state.replace(epo=epo_lib.accumulate(state.epo, pg.entropy, batch.turn_id, batch.completion_mask))
+    if state.extra("epo") is not None:  # EPO: this update's entropies join the per-turn history of the next updates
+        state = state.with_extras(epo=epo_lib.accumulate(state.extra("epo"), pg.entropy, batch.turn_id,
+                                                         batch.completion_mask))
     return state, metrics
 
 

@@ -67,7 +67,8 @@ def logprobs_from_hidden(
     min_p: float | None = None,
 ):
     """`completion_logprobs` from the completion hidden states (the same arguments and returns), for a caller that
-    reads something else from the same forward pass (a shared-trunk value head, `train.critic.shared_trunk_step`)."""
+    reads something else from the same forward pass (a shared-trunk value head,
+    `train.companions.critic.shared_trunk_step`)."""
     return entropy_lib.chunked_logprobs_and_entropy(
         hidden,
         targets,

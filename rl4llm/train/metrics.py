@@ -9,8 +9,12 @@ from __future__ import annotations
 import json
 import math
 import os
+
+import jax.numpy as jnp
 import numpy as np
 from tensorboardX import SummaryWriter
+
+from rl4llm.rl import aggregation
 
 # Console columns: (metric key, header, format).
 CONSOLE_COLUMNS = (
@@ -22,6 +26,39 @@ CONSOLE_COLUMNS = (
     ("response_length", "resp_len", "{:.1f}"),
     ("tokens_per_s", "tok/s", "{:.0f}"),
 )
+
+
+def extremum(key: str) -> str | None:
+    """How a loss metric combines over the micro-batches of an update (the kernels' metric contract): a key ending
+    in `_max` / `_min` is a maximum / minimum over the batch's tokens ("max" / "min": the largest / smallest of the
+    parts'); every other is a token mean (None: the parts' token-weighted (sum, count), divided once). A step's
+    metrics are the means over its updates of each update's (`train.step.learn_on_rollouts`)."""
+    return "max" if key.endswith("_max") else "min" if key.endswith("_min") else None
+
+
+def combine_extremes(a: dict, b: dict) -> dict:
+    """Maxima / minima (`extremum`) of two parts of a batch, key by key."""
+    return {k: (jnp.maximum if extremum(k) == "max" else jnp.minimum)(a[k], b[k]) for k in a}
+
+
+def no_extremes(shapes: dict) -> dict:
+    """The identity of `combine_extremes`: -inf for maxima, +inf for minima (shapes: abstract values)."""
+    return {k: jnp.full(s.shape, -jnp.inf if extremum(k) == "max" else jnp.inf, s.dtype) for k, s in shapes.items()}
+
+
+def token_statistics(logp, entropy, advantages, mask) -> dict:  # [N, T] each
+    """Whole-batch token statistics: entropy percentiles and the log-prob/advantage covariance.
+
+    `cov = mean_valid((A − mean_valid A)·(logp − mean_valid logp))`, the centred token covariance whose
+    sign predicts the entropy change under policy gradient (Cui et al. 2025, "The Entropy Mechanism of
+    RL for Reasoning LMs", ΔH ≈ −η·Cov(log π, A)).
+    """
+    centred_adv = advantages - aggregation.masked_mean(advantages, mask)
+    centred_logp = logp - aggregation.masked_mean(logp, mask)
+    stats = {"cov_logp_adv": aggregation.masked_mean(centred_adv * centred_logp, mask)}
+    for q in (10, 50, 90):
+        stats[f"entropy_p{q}"] = aggregation.masked_quantile(entropy, mask, q / 100)
+    return stats
 
 
 def _to_python(value):

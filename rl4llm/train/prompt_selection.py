@@ -16,7 +16,7 @@ dropped groups; under `accuracy_band` their completion masks are emptied, so no 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from typing import Callable
 
 import jax
 import numpy as np
@@ -26,6 +26,8 @@ from rl4llm.data import arithmetic
 from rl4llm.data import curriculum
 from rl4llm.data import replay as replay_lib
 from rl4llm.data import selection as selection_lib
+from rl4llm.train import rows as rows_lib
+from rl4llm.train.rows import Rows, concat, take
 
 # Streams of fold_in(step_key, ·) for generation rounds after the first (round 0 uses the step key itself, so a
 # one-round step rolls out exactly what the plain trainer does) and for hint levels.
@@ -33,46 +35,6 @@ _ROUND_STREAM = 2000
 _HINT_STREAM = 3000
 # Sub-streams of selection_lib.rng(seed, step, ·).
 _CHOICE, _REPLAY, _THOMPSON = 0, 1, 2
-
-
-@dataclasses.dataclass
-class Rows:
-    """Host-side rollout rows [n, ...] with their rewards; prompts left-padded to a multiple of the bucket."""
-
-    prompt_tokens: np.ndarray  # [n, P] int32
-    prompt_mask: np.ndarray  # [n, P] bool
-    completion_tokens: np.ndarray  # [n, T] int32
-    completion_mask: np.ndarray  # [n, T] bool
-    logprobs: np.ndarray  # [n, T] float32 sampler (behaviour) log-probs
-    finished: np.ndarray  # [n] bool
-    scores: np.ndarray  # [n] float32 combined reward
-    main: np.ndarray  # [n] float32 main (correctness) reward
-    components: np.ndarray  # [n, K] float32
-    hint_chars: np.ndarray  # [n] int32 reference-solution characters in the prompt
-    fresh: np.ndarray  # [n] bool: generated this step (False: replayed)
-
-
-def take(rows: Rows, idx: np.ndarray) -> Rows:
-    """Rows `idx` (in that order)."""
-    return Rows(**{f.name: getattr(rows, f.name)[idx] for f in dataclasses.fields(Rows)})
-
-
-def _left_pad(x: np.ndarray, width: int, value) -> np.ndarray:
-    return np.concatenate([np.full((x.shape[0], width - x.shape[1]), value, x.dtype), x], axis=1)
-
-
-def concat(parts: Sequence[Rows], pad_id: int) -> Rows:
-    """Rows of all parts in order; prompts re-padded on the left to the widest part."""
-    width = max(p.prompt_tokens.shape[1] for p in parts)
-    out = {}
-    for f in dataclasses.fields(Rows):
-        arrays = [getattr(p, f.name) for p in parts]
-        if f.name == "prompt_tokens":
-            arrays = [_left_pad(a, width, pad_id) for a in arrays]
-        elif f.name == "prompt_mask":
-            arrays = [_left_pad(a, width, False) for a in arrays]
-        out[f.name] = np.concatenate(arrays, axis=0)
-    return Rows(**out)
 
 
 # generate(prompts [b], answers [b], counts [b], key, prefixes [b] of the scored text) -> (Rows [sum(counts)],
@@ -187,7 +149,7 @@ class Selector:
             metrics["selection/hint_rollouts"] = metrics.get("selection/hint_rollouts", 0.0) + float(slots * g)
             solved = hinted.main.reshape(-1, g)[: failing.size].max(axis=1) > 0
             if solved.any():
-                rows = _replace_groups(rows, hinted, failing[solved], np.flatnonzero(solved), g, self.pad_id)
+                rows = rows_lib.replace_groups(rows, hinted, failing[solved], np.flatnonzero(solved), g, self.pad_id)
             metrics["selection/hint_solved"] += float(solved.sum())
             failing = failing[~solved]
         return rows, metrics
@@ -354,13 +316,3 @@ class Selector:
             "selection/generated_rollouts": float(generated.scores.size),
         })
         return Collected(rows=rows, group_ids=group_ids, metrics=metrics)
-
-
-def _replace_groups(rows: Rows, hinted: Rows, targets: np.ndarray, sources: np.ndarray, g: int, pad_id: int) -> Rows:
-    """`rows` with groups `targets` replaced by groups `sources` of `hinted` (G rows each)."""
-    merged = concat([rows, hinted], pad_id)
-    order = np.arange(rows.scores.size)
-    offset = rows.scores.size
-    for t, s in zip(targets, sources):
-        order[t * g : (t + 1) * g] = offset + s * g + np.arange(g)
-    return take(merged, order)

@@ -1,6 +1,6 @@
 """A run's files read back, for notebooks and `experiments/evaluate.py`.
 
-A workdir written by `experiments/train.py` (`trainer.run`) holds
+A workdir written by `experiments/train.py` (`train.job.run`) holds
 
   config.json                     the run's config                      `load_config`
   metrics.jsonl                   one record per logged (stage, step)   `load_metrics`, `series`
@@ -11,7 +11,7 @@ A workdir written by `experiments/train.py` (`trainer.run`) holds
 `evaluate_checkpoint` is what `experiments/evaluate.py` runs.
 
 Reading metrics, summaries and evaluations needs no JAX; restoring a policy rebuilds the run's task, tokenizer
-and model with `trainer.build_setup` and reads only the params of the checkpoint (`Checkpointer.restore_entry`).
+and model with `train.setup.build_setup` and reads only the params of the checkpoint (`Checkpointer.restore_entry`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _require(workdir: str, name: str, written_by: str) -> str:
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
-    """The run's config: what `trainer.run` wrote to `<workdir>/config.json`, laid over this checkout's default
+    """The run's config: what `train.job.run` wrote to `<workdir>/config.json`, laid over this checkout's default
     config (`configs/default.py`), so that a run saved before a config field existed reads back with that
     field's default (new features default to off) and list values take their field's type (tuples)."""
     with open(_require(workdir, "config.json", "written by experiments/train.py"), encoding="utf-8") as f:
@@ -166,7 +166,7 @@ class Policy:
     """A checkpointed policy with what is needed to sample and score it. Close it to stop the reward workers."""
 
     config: ml_collections.ConfigDict
-    setup: Any  # trainer.Setup
+    setup: Any  # train.setup.Setup
     params: Any
     stage: str
     step: int
@@ -189,17 +189,17 @@ def restore_policy(workdir: str, stage: str = "auto", step: int | None = None, *
     import jax
 
     from rl4llm.train import checkpointing
-    from rl4llm.train import trainer
+    from rl4llm.train import setup as setup_lib
 
     stage, step = resolve_checkpoint(workdir, stage, step)
     config = load_config(workdir)
     if num_examples is not None:
         config.eval.num_examples = num_examples
-    setup = trainer.build_setup(config, workdir)
+    setup = setup_lib.build_setup(config, workdir)
     # The params' structure without reading any weights: a random init's shapes (an HF checkpoint has the same).
     shape_config = ml_collections.ConfigDict(config.to_dict())
     shape_config.model.hf_checkpoint = ""
-    target = jax.eval_shape(lambda key: trainer.initial_params(shape_config, setup.model_cfg, key), jax.random.key(0))
+    target = jax.eval_shape(lambda key: setup_lib.initial_params(shape_config, setup.model_cfg, key), jax.random.key(0))
     checkpointer = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints", stage))
     try:
         params, meta = checkpointer.restore_entry(step, "params", target)  # host arrays (no sharding asked)
@@ -239,7 +239,7 @@ def evaluate_checkpoint(
     """Evaluates checkpoint (stage, step) of `workdir` (`resolve_checkpoint`) on the run's held-out split with
     n = max(ks) samples per prompt (`rl4llm.train.evaluate.evaluate`), writes the result to
     `eval_path(workdir, stage, step)` and returns it: {"workdir", "stage", "step", "n", "k", "num_examples",
-    "seed", "metrics"}. The key is the trainer's evaluation key, fold_in(key(config.seed), 2) (`trainer.run_rl`),
+    "seed", "metrics"}. The key is the trainer's evaluation key, fold_in(key(config.seed), 2) (`train.loop.run_rl`),
     unless `seed` is given (key(seed)): with the run's own k and num_examples the metrics equal those the
     run logged at that step."""
     import jax

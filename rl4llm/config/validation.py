@@ -29,21 +29,10 @@ from rl4llm.rewards import pipeline as pipeline_lib
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import registry
-from rl4llm.train import agent_config
-from rl4llm.train import learner
+from rl4llm.config import agent as agent_config
 
-# Standard inputs the training loop passes to advantage estimators (baseline_scores: ReMax's greedy rollout;
-# values: the critic's, for estimators in registry.RETURNS_VALUE_TARGETS; process_rewards: PRIME's implicit PRM;
-# reward_components: the reward pipeline's [N, K], when `uses_reward_components`; seq_metric: CANON's split metric,
-# each response's mean token entropy under the rollout policy).
-PROVIDED_ADVANTAGE_INPUTS = (
-    "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values", "baseline_scores", "process_rewards",
-    "reward_components", "seq_metric",
-)
-# Those the agent loop (train.agent_trainer) passes: the outcome, the critic's values and the multi-turn layout.
-AGENT_PROVIDED_ADVANTAGE_INPUTS = (
-    "scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values",
-) + agent_config.AGENT_ADVANTAGE_INPUTS
+# Learning-rate schedules after the warm-up (`train.optim.learning_rate_schedule`).
+LR_SCHEDULES = ("constant", "cosine")
 
 
 class ConfigError(ValueError):
@@ -182,7 +171,7 @@ def _get(config, path):
 
 
 def _check_inputs_provided(errors, path, name, fn, standard_inputs, provided, loop="training loop"):
-    """A method whose signature requires a standard input the trainer does not pass cannot run."""
+    """A method whose signature requires a standard input the rollout source does not provide cannot run."""
     params = inspect.signature(fn).parameters
     missing = [
         p for p in params if p in standard_inputs and p not in provided and params[p].default is inspect.Parameter.empty
@@ -240,7 +229,8 @@ def _method_errors(config) -> list[str]:
     _check_choice(errors, config, "rl.advantage", registry.ADVANTAGES)
     _check_choice(errors, config, "rl.loss", registry.POLICY_LOSSES)
     agent = agent_config.is_agent_config(config)
-    provided = AGENT_PROVIDED_ADVANTAGE_INPUTS if agent else PROVIDED_ADVANTAGE_INPUTS
+    provided = registry.COMMON_ADVANTAGE_INPUTS + (
+        registry.MULTI_TURN_ADVANTAGE_INPUTS if agent else registry.SINGLE_TURN_ADVANTAGE_INPUTS)
     if rl.advantage in registry.ADVANTAGES:
         fn = _unwrap(registry.ADVANTAGES[rl.advantage])
         before = len(errors)
@@ -255,11 +245,11 @@ def _method_errors(config) -> list[str]:
         fn = _unwrap(registry.POLICY_LOSSES[rl.loss])
         before = len(errors)
         _check_kwargs(errors, "rl.loss_kwargs", fn, set_kwargs(rl.loss_kwargs), registry.LOSS_INPUTS)
-        _check_inputs_provided(errors, "rl.loss", rl.loss, fn, registry.LOSS_INPUTS, learner.PROVIDED_LOSS_INPUTS)
+        _check_inputs_provided(errors, "rl.loss", rl.loss, fn, registry.LOSS_INPUTS, registry.LOSS_INPUTS)
         if len(errors) == before:
             static = {"key": jax.random.key(0), **set_kwargs(rl.loss_kwargs)}
             adapter = registry.get_policy_loss(rl.loss)
-            _check_values(errors, "rl.loss_kwargs", adapter, _abstract_inputs(learner.PROVIDED_LOSS_INPUTS), static)
+            _check_values(errors, "rl.loss_kwargs", adapter, _abstract_inputs(registry.LOSS_INPUTS), static)
     _check_choice(errors, config, "rl.agg_mode", aggregation.AGG_MODES)
     _check_choice(errors, config, "rl.kl_kind", kl_lib.KINDS)
     return errors
@@ -289,6 +279,9 @@ def _control_errors(config) -> list[str]:
             f"config.rl.tis_cap={rl.tis_cap!r}: asynchronous rollouts (config.rl.async_rollouts=True) learn from "
             "older params' samples; set a truncated-IS cap > 0 (e.g. 2.0) to correct for the sampler mismatch"
         )
+    if rl.async_rollouts is True and agent_config.is_agent_config(config):
+        errors.append("config.rl.async_rollouts=True: only single-turn runs collect rollouts in the background; "
+                      f"agent runs (config.agent.env={config.agent.env!r}) are synchronous")
     if rl.async_rollouts is True and config.distributed.initialize:
         errors.append(
             "config.rl.async_rollouts=True: the sampler thread and the learner launch programs in an order that "
@@ -601,7 +594,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
         _check_positive_int(errors, config, f"{stage}.steps", minimum=0)
         _check_range(errors, config, f"{stage}.learning_rate", 0.0, 1.0, low_open=True)
         _check_positive_int(errors, config, f"{stage}.warmup_steps", minimum=0)
-        _check_choice(errors, config, f"{stage}.lr_schedule", learner.LR_SCHEDULES)
+        _check_choice(errors, config, f"{stage}.lr_schedule", LR_SCHEDULES)
         _check_cosine_has_decay(errors, config, stage)
         _check_range(errors, config, f"{stage}.weight_decay", 0.0, 1.0)
         _check_range(errors, config, f"{stage}.grad_clip", 0.0, 1e9)

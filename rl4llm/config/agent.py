@@ -1,6 +1,6 @@
-"""The `config.agent` section of a multi-turn agent run (`train.agent_trainer`): defaults and validation.
+"""The `config.agent` section of a multi-turn agent run (`train.agent`): defaults and validation.
 
-Kept apart from the agent trainer so configs and `config_validation` import it without the training stack.
+Part of `rl4llm.config`: configs import it without the training stack.
 """
 
 from __future__ import annotations
@@ -9,10 +9,6 @@ import ml_collections
 
 from rl4llm import envs as envs_lib
 from rl4llm.rewards import combine as combine_lib
-
-# Standard advantage inputs the agent loop provides on top of the single-turn ones (registry.ADVANTAGE_INPUTS).
-AGENT_ADVANTAGE_INPUTS = ("turn_rewards", "turn_id", "turn_end", "turn_valid", "gt_logprobs")
-
 
 def agent_defaults() -> ml_collections.ConfigDict:
     """The `config.agent` section (env "" = not an agent run). Per-env knobs live in `config.agent.<env>`."""
@@ -29,7 +25,7 @@ def agent_defaults() -> ml_collections.ConfigDict:
     c.outcome_reward = "correct:1"  # "component:weight,...": the trajectory score R^O (env.outcome() keys)
     # G-RA gated reward accumulation (Sun et al. 2025): turn rewards count only in trajectories whose outcome score
     # reaches reward_gate (δ); turn-level estimators get the gated turn rewards, trajectory-level ones the score
-    # outcome + Σ gated turn rewards (train.agent_trainer.gate_turn_rewards).
+    # outcome + Σ gated turn rewards (train.episodes.gate_turn_rewards).
     c.gated_rewards = False
     c.reward_gate = 1.0  # δ
     c.expert_noise = 0.0  # SFT: probability that a turn is the exploration policy's (kept in context, no loss)
@@ -48,7 +44,7 @@ def agent_defaults() -> ml_collections.ConfigDict:
     # Mini-o3 over-turn masking (Lai et al. 2025): trajectories cut by the turn cap or the context limit get no
     # loss (their advantages still enter their groups' statistics), so they are not penalised as failures.
     c.over_turn_mask = False
-    # EPO (Xu et al. 2025; train.epo, rl.multi_turn.epo_entropy_loss): L += -coef·(agg(H) - smooth_coef·w·agg(P)),
+    # EPO (Xu et al. 2025; train.companions.epo, rl.multi_turn.epo_entropy_loss): L += -coef·(agg(H) - smooth_coef·w·agg(P)),
     # P = alpha·[relu(kappa_low·H̄_k - H) + relu(H - kappa_high·H̄_k)] around turn index k's historical mean
     # entropy H̄_k, w = the phase weight of the RL step over total_epochs. Its entropy bonus adds to
     # config.rl.entropy_coef's.
@@ -102,7 +98,7 @@ def epo_config_errors(epo) -> list[str]:
 
 
 def agent_config_errors(config) -> list[str]:
-    """Errors of the `config.agent` section (config_validation reports them with the rest)."""
+    """Errors of the `config.agent` section (`validate` reports them with the rest)."""
     agent, errors = config.agent, []
     for field in ("max_action_tokens", "max_obs_tokens", "max_context", "obs_bucket", "record_bucket", "eval_tasks"):
         if not isinstance(agent[field], int) or agent[field] < 1:

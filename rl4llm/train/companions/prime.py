@@ -1,7 +1,7 @@
 """PRIME's implicit PRM in the training loop (Cui et al. 2025, "Process Reinforcement through Implicit Rewards").
 
 The PRM π_φ is a second decoder initialised from the warm-start policy, which is also its frozen reference
-π_ref (both carried in `TrainState.prm`). Each RL step: the PRM and reference log-probs of the rollout give
+π_ref (both carried in `TrainState.extras["prm"]`). Each RL step: the PRM and reference log-probs of the rollout give
 the dense rewards `r_t = β·(log π_φ − log π_ref)` (`rl.prime.implicit_process_rewards`) for the "prime"
 advantage, then the PRM takes one AdamW step on the batch's outcome labels (cross-entropy on the sequence
 reward `β·Σ_t (log π_φ − log π_ref)`, `rl.prime.implicit_prm_loss`), i.e. the rewards of a batch come from
@@ -23,6 +23,7 @@ import optax
 from rl4llm.rl import prime as prime_lib
 from rl4llm.rl import registry
 from rl4llm.train import learner as learner_lib
+from rl4llm.train import optim
 from rl4llm.train import logprobs as logprobs_lib
 
 
@@ -47,7 +48,7 @@ class PRMConfig:
     logprob_chunk_size: int
 
 
-def uses_prm(config) -> bool:
+def enabled(config) -> bool:
     """Whether the run trains an implicit PRM: the advantage estimator takes process rewards ("prime")."""
     return "process_rewards" in registry.advantage_inputs(config.rl.advantage)
 
@@ -82,18 +83,17 @@ def prm_step(model_cfg, pcfg: PRMConfig, optimizer, state: learner_lib.TrainStat
         return jnp.sum(per_seq) / n, correct / n
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-    m = pcfg.micro_batch_size or n
-    micro = jax.tree.map(lambda x: x.reshape((n // m, m) + x.shape[1:]), batch)
+    micro = optim.split_microbatches(batch, pcfg.micro_batch_size)
 
-    def accumulate(carry, mb):
-        (loss, acc), grads = grad_fn(state.prm.params, mb)
-        return jax.tree.map(jnp.add, carry, (grads, loss, acc)), None
+    def part(mb):
+        (loss, acc), grads = grad_fn(state.extra("prm").params, mb)
+        return (grads, loss, acc), None
 
-    zeros = (jax.tree.map(jnp.zeros_like, state.prm.params), jnp.float32(0), jnp.float32(0))
-    (grads, loss, acc), _ = jax.lax.scan(accumulate, zeros, micro)
-    updates, opt_state = optimizer.update(grads, state.prm.opt_state, state.prm.params)
-    prm = state.prm.replace(params=optax.apply_updates(state.prm.params, updates), opt_state=opt_state)
-    return state.replace(prm=prm), {"prm/loss": loss, "prm/accuracy": acc, "prm/grad_norm": optax.tree.norm(grads)}
+    zeros = (jax.tree.map(jnp.zeros_like, state.extra("prm").params), jnp.float32(0), jnp.float32(0))
+    (grads, loss, acc), _ = optim.accumulate(part, zeros, micro)
+    params, opt_state = optim.apply_update(optimizer, state.extra("prm").params, state.extra("prm").opt_state, grads)
+    prm = state.extra("prm").replace(params=params, opt_state=opt_state)
+    return state.with_extras(prm=prm), {"prm/loss": loss, "prm/accuracy": acc, "prm/grad_norm": optax.tree.norm(grads)}
 
 
 def make_prm_step(model_cfg, pcfg: PRMConfig, optimizer) -> Callable:
@@ -103,7 +103,7 @@ def make_prm_step(model_cfg, pcfg: PRMConfig, optimizer) -> Callable:
 
 def make_prm_optimizer(config) -> optax.GradientTransformation:
     p = config.prime
-    return learner_lib.make_optimizer(p.learning_rate, 0, p.weight_decay, p.grad_clip)
+    return optim.make_optimizer(p.learning_rate, 0, p.weight_decay, p.grad_clip)
 
 
 def init_prm_state(policy_params, optimizer) -> PRMState:

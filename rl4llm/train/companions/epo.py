@@ -2,7 +2,7 @@
 
 The loss term is `rl.multi_turn.epo_entropy_loss` (entropy bonus minus the differentiable hinge corridor around
 each turn index's historical mean entropy), added to the policy loss with the policy loss's aggregation weights
-(so micro-batching does not change it). Its state lives in `TrainState.epo` (checkpointed with the rest, so a
+(so micro-batching does not change it). Its state lives in `TrainState.extras["epo"]` (checkpointed with the rest, so a
 resumed run continues exactly):
 
 * the history `(Σ H, Σ 1)` per turn index k over the action tokens of every learner update so far
@@ -38,10 +38,34 @@ def init_state(num_turns: int) -> EPOState:
     return EPOState(entropy_sums=zeros(), token_counts=zeros(), step=jnp.zeros((), jnp.int32))
 
 
+def enabled(config) -> bool:
+    """Whether the run adds EPO's term: an agent run with `config.agent.epo.coef > 0`."""
+    return "agent" in config and bool(config.agent.env) and config.agent.epo.coef != 0
+
+
+def init(config, setup, state):
+    """`state` with an empty EPO history of the env's turn cap (`setup.mt_cfg.max_turns`) when EPO is on."""
+    return state.with_extras(epo=init_state(setup.mt_cfg.max_turns)) if enabled(config) else state
+
+
+def update(state, step: int):
+    """Before RL step `step`'s updates: the step being learned (the phase weight's epoch)."""
+    if state.extra("epo") is None:
+        return state
+    return state.with_extras(epo=state.extra("epo").replace(step=jnp.asarray(step, jnp.int32)))
+
+
+def after_step(config, state, step: int, metrics: dict) -> None:
+    """After RL step `step`: logs the phase weight it used (epo/phase_weight)."""
+    if state.extra("epo") is not None:
+        weight = multi_turn.epo_phase_weight(step, total_epochs=config.agent.epo.total_epochs)
+        metrics["epo/phase_weight"] = float(weight)
+
+
 def learner_settings(config) -> tuple:
     """`LearnerConfig.epo` of a run: sorted (name, value) pairs of `config.agent.epo` (LOSS_FIELDS and
     total_epochs), or () when EPO is off (not an agent run, or `config.agent.epo.coef == 0`)."""
-    if "agent" not in config or not config.agent.env or config.agent.epo.coef == 0:
+    if not enabled(config):
         return ()
     epo = config.agent.epo
     settings = {name: float(epo[name]) for name in LOSS_FIELDS}
@@ -56,7 +80,7 @@ def loss(settings: tuple, epo: EPOState, entropy: jax.Array, turn_id, mask: jax.
     minibatch's). entropy, mask, agg_weights: [m, T]; turn_id: [m, T] int32 (the batch's `turn_id`)."""
     if turn_id is None:
         raise ValueError("config.agent.epo.coef > 0: EPO needs the LearnerBatch's turn_id (multi-turn batches, "
-                         "agent_trainer.learner_batch); this batch has none")
+                         "agent.learner_batch); this batch has none")
     kwargs = dict(settings)
     weight = multi_turn.epo_phase_weight(epo.step, total_epochs=kwargs.pop("total_epochs"))
     return multi_turn.epo_entropy_loss(entropy, turn_id, mask, epo.entropy_sums, epo.token_counts,

@@ -1,7 +1,7 @@
 """PPO's critic: value-model state, the jitted (donated) critic step, and the shared-trunk joint step.
 
 The critic is `models.value_head` params (a separate decoder + head, or a head on the policy's trunk)
-with its own optimizer and learning rate, carried in `TrainState.critic`. Its loss is verl's clipped
+with its own optimizer and learning rate, carried in `TrainState.extras["critic"]`. Its loss is verl's clipped
 value loss (`rl.losses.value_loss`: `½·agg(max((V−R)², (clip(V, V_old ± c_v)−R)²))`), aggregated with
 whole-minibatch weights (`rl.aggregation.aggregation_weights`) and accumulated over micro-batches in a
 `lax.scan`, so the update does not depend on the micro-batch size (as in the actor's `learner_step`).
@@ -28,8 +28,9 @@ import optax
 from rl4llm.models import value_head
 from rl4llm.rl import aggregation, registry
 from rl4llm.rl import losses as losses_lib
-from rl4llm.train import config_validation
+from rl4llm.config import validation as config_lib
 from rl4llm.train import learner as learner_lib
+from rl4llm.train import optim
 
 
 class CriticState(flax.struct.PyTreeNode):
@@ -63,12 +64,6 @@ def value_loss_weights(ccfg: CriticConfig, completion_mask: jax.Array) -> jax.Ar
     return aggregation.aggregation_weights(completion_mask, ccfg.agg_mode, norm_length=ccfg.agg_norm_length or None)
 
 
-def _split(tree, micro_batch_size: int):
-    n = jax.tree.leaves(tree)[0].shape[0]
-    m = micro_batch_size or n
-    return jax.tree.map(lambda x: x.reshape((n // m, m) + x.shape[1:]), tree)
-
-
 def _value_loss(ccfg: CriticConfig, values, mb: CriticBatch, agg_weights):  # values [m, T]
     """This micro-batch's share of the whole-batch value loss, and summed metrics."""
     loss, metrics = losses_lib.value_loss(
@@ -96,28 +91,24 @@ def value_loss_grads(model_cfg, ccfg: CriticConfig, state: learner_lib.TrainStat
         return _value_loss(ccfg, values, mb, weights)
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
-
-    def accumulate(carry, xs):
-        return jax.tree.map(jnp.add, carry, grad_fn(state.critic.params, *xs)), None
-
     weights = value_loss_weights(ccfg, batch.completion_mask)
-    xs = _split((batch, weights), ccfg.micro_batch_size)
+    xs = optim.split_microbatches((batch, weights), ccfg.micro_batch_size)
     sums0 = {"vf_loss": 0.0, "vf_clip_frac": 0.0, "tokens": 0.0}
-    init = (jax.tree.map(jnp.zeros_like, state.critic.params), jax.tree.map(jnp.float32, sums0))
-    (grads, sums), _ = jax.lax.scan(accumulate, init, xs)
+    init = (jax.tree.map(jnp.zeros_like, state.extra("critic").params), jax.tree.map(jnp.float32, sums0))
+    (grads, sums), _ = optim.accumulate(lambda x: (grad_fn(state.extra("critic").params, *x), None), init, xs)
     return grads, _critic_metrics(sums)
 
 
 def _apply_critic_update(optimizer, critic: CriticState, grads) -> CriticState:
-    updates, opt_state = optimizer.update(grads, critic.opt_state, critic.params)
-    return critic.replace(params=optax.apply_updates(critic.params, updates), opt_state=opt_state)
+    params, opt_state = optim.apply_update(optimizer, critic.params, critic.opt_state, grads)
+    return critic.replace(params=params, opt_state=opt_state)
 
 
 def critic_step(model_cfg, ccfg: CriticConfig, optimizer, state: learner_lib.TrainState, batch: CriticBatch):
     """One critic update (critic params only; the policy is read, never changed) -> (state, metrics)."""
     grads, metrics = value_loss_grads(model_cfg, ccfg, state, batch)
     metrics["critic/grad_norm"] = optax.tree.norm(grads)
-    return state.replace(critic=_apply_critic_update(optimizer, state.critic, grads)), metrics
+    return state.with_extras(critic=_apply_critic_update(optimizer, state.extra("critic"), grads)), metrics
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -152,13 +143,14 @@ def shared_trunk_step(model_cfg, lcfg: learner_lib.LearnerConfig, ccfg: CriticCo
     `optimizer` on `∇(policy loss) + value_loss_coef·∇(value loss)`, the value head by `critic_optimizer` on
     `∇(value loss)`. Micro-batches of `lcfg.micro_batch_size` (the critic's is the same, `rl.micro_batch_size`)."""
     head = learner_lib.HeadLoss(
-        loss_fn=functools.partial(_head_value_loss, ccfg), params=state.critic.params,
+        loss_fn=functools.partial(_head_value_loss, ccfg), params=state.extra("critic").params,
         batch=(critic_batch, value_loss_weights(ccfg, critic_batch.completion_mask)),
     )
     pg = learner_lib.policy_gradients(model_cfg, lcfg, state, batch, key, head)
     new_state, actor_metrics = learner_lib.apply_policy_gradients(optimizer, state, batch, pg)
     metrics = {**actor_metrics, **_critic_metrics(pg.head_sums), "critic/grad_norm": optax.tree.norm(pg.head_grads)}
-    return new_state.replace(critic=_apply_critic_update(critic_optimizer, state.critic, pg.head_grads)), metrics
+    critic = _apply_critic_update(critic_optimizer, state.extra("critic"), pg.head_grads)
+    return new_state.with_extras(critic=critic), metrics
 
 
 def make_critic_step(model_cfg, ccfg: CriticConfig, optimizer) -> Callable:
@@ -182,7 +174,7 @@ def make_values_fn(model_cfg, completion_len: int) -> Callable:
 # ------------------------------------------------------------------------------ from the job config
 
 
-def uses_critic(config) -> bool:
+def enabled(config) -> bool:
     """Whether the run trains a value model: the advantage estimator needs values (`registry.RETURNS_VALUE_TARGETS`:
     "gae"; the agent loop also "bilevel_gae")."""
     return config.rl.advantage in registry.RETURNS_VALUE_TARGETS
@@ -194,14 +186,14 @@ def critic_config(config) -> CriticConfig:
         agg_mode=config.rl.agg_mode,
         micro_batch_size=config.rl.micro_batch_size,
         value_loss_coef=config.critic.value_loss_coef,
-        agg_norm_length=config_validation.agg_norm_length(config),
+        agg_norm_length=config_lib.agg_norm_length(config),
     )
 
 
 def make_critic_optimizer(config) -> optax.GradientTransformation:
     """AdamW of the critic, with its own learning rate (`config.critic.*`), like the actor's optimizer."""
     c = config.critic
-    return learner_lib.make_optimizer(c.learning_rate, c.lr_warmup_steps, c.weight_decay, c.grad_clip)
+    return optim.make_optimizer(c.learning_rate, c.lr_warmup_steps, c.weight_decay, c.grad_clip)
 
 
 def init_critic_state(config, model_cfg, policy_params, optimizer) -> CriticState:

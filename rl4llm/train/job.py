@@ -1,0 +1,81 @@
+"""The job: the config validated once, then setup -> SFT warm start -> RL -> export -> summary (`run`).
+
+Single-turn and multi-turn (agent) runs differ only in their rollout source, a module with the same five
+functions: `build_setup(config, workdir)`, `describe(config, setup)`, `sft_batch(config, setup, step)`,
+`evaluate(config, setup, params, key)`, `collect(config, setup, programs, state, step, *, params_version=None)`,
+plus `summary(sft_eval, rl_eval)` / `summary_table(summary)` for the closing report (`train.single_turn`,
+`train.agent`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+
+from rl4llm import config as config_lib
+from rl4llm.parallel import distributed
+from rl4llm.train import loop
+from rl4llm.train import metrics as metrics_lib
+from rl4llm.train import sft as sft_lib
+from rl4llm.train import setup as setup_lib
+
+
+def rollout_source(config):
+    """The rollout source of a config: `train.agent` when `config.agent.env` names an env, else `train.single_turn`."""
+    from rl4llm.config import agent as agent_config
+
+    if agent_config.is_agent_config(config):
+        from rl4llm.train import agent as source
+    else:
+        from rl4llm.train import single_turn as source
+    return source
+
+
+def _write_json(path: str, text: str) -> None:
+    if distributed.is_main_process():
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
+    """Runs (or resumes) the whole job in `workdir`; returns the summary also written to summary.json. Raises
+    `rl4llm.config.ConfigError` (every invalid field named) before anything is built.
+
+    `stop_after_rl_step` ends the RL stage early (as an interruption would): used by tests.
+    """
+    config_lib.validate(config)
+    t0 = time.time()
+    source = rollout_source(config)
+    os.makedirs(workdir, exist_ok=True)
+    _write_json(os.path.join(workdir, "config.json"), config.to_json_best_effort(indent=2))
+    setup = source.build_setup(config, workdir)
+    key = jax.random.key(config.seed)
+    writer = metrics_lib.MetricsWriter(workdir) if distributed.is_main_process() else metrics_lib.NullWriter()
+    print(source.describe(config, setup), flush=True)
+    try:
+        sft_params, sft_eval = sft_lib.run_sft(config, setup, source, key, writer, workdir)
+        rl_params, rl_eval, rl_steps = loop.run_rl(
+            config, setup, source, sft_params, key, writer, workdir, stop_after_step=stop_after_rl_step
+        )
+        if config.model.export_hf:
+            setup_lib.export_hf(config, setup, rl_params, os.path.join(workdir, "hf_export"))
+    finally:
+        if setup.rewards is not None:
+            setup.rewards.close()  # the scoring worker processes
+    writer.close()
+    rl_eval = rl_eval or sft_eval
+    summary = {
+        **source.summary(sft_eval, rl_eval),
+        "rl_steps": rl_steps,
+        "wall_seconds": time.time() - t0,
+        "sft_eval": sft_eval,
+        "rl_eval": rl_eval,
+        "devices": f"{jax.devices()[0].platform} x{jax.device_count()}",
+    }
+    _write_json(os.path.join(workdir, "summary.json"), json.dumps(summary, indent=2))
+    print(f"done in {summary['wall_seconds']:.0f} s; summary in {workdir}/summary.json\n"
+          f"{source.summary_table(summary)}", flush=True)
+    return summary

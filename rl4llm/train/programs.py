@@ -1,0 +1,123 @@
+"""The RL stage's compiled programs, built once per run (`build_rl_programs`): the learner step, the rollout policy's
+forward pass when a step needs one (`needs_behaviour_pass`), and the companions' programs (critic, implicit PRM)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import jax
+
+from rl4llm.config import validation as config_lib
+from rl4llm.rl import registry
+from rl4llm.train import learner as learner_lib
+from rl4llm.train import logprobs as logprobs_lib
+from rl4llm.train.companions import critic as critic_lib
+from rl4llm.train.companions import epo as epo_lib
+from rl4llm.train.companions import prime as prime_lib
+
+def several_updates_per_step(config) -> bool:
+    """More than one optimizer update per rollout batch: PPO "old" log-probs need their own pass."""
+    return config.rl.ppo_epochs * config.rl.num_minibatches > 1
+
+
+def learner_config(config) -> learner_lib.LearnerConfig:
+    rl = config.rl
+    return learner_lib.LearnerConfig(
+        loss=rl.loss,
+        loss_kwargs=tuple(sorted(config_lib.set_kwargs(rl.loss_kwargs).items())),
+        agg_mode=rl.agg_mode,
+        kl_coef=0.0 if rl.kl_in_reward else rl.kl_coef,
+        kl_kind=rl.kl_kind,
+        entropy_coef=rl.entropy_coef,
+        temperature=config.sampling.temperature,
+        micro_batch_size=rl.micro_batch_size,
+        logprob_chunk_size=rl.logprob_chunk_size,
+        logprob_vocab_chunk_size=rl.logprob_vocab_chunk_size,
+        use_old_logp=several_updates_per_step(config),
+        tis_cap=rl.tis_cap,
+        tis_level=rl.tis_level,
+        epo=epo_lib.learner_settings(config),
+        agg_norm_length=config_lib.agg_norm_length(config),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RLPrograms:
+    """The compiled pieces of the RL stage, built once per run."""
+
+    optimizer: Any
+    learner_step: Callable  # (state, batch, key) -> (state, metrics), state donated
+    # (params, tokens, attention_mask) -> (logp, entropy[, proxy_logp]) [N, T] of the completions, or None
+    # when no step statistic of the rollout policy is needed (see `needs_behaviour_pass`).
+    behaviour_fn: Callable | None
+    # PPO's critic (rl.advantage="gae"), else None: (critic params, policy params, tokens, attention_mask) ->
+    # values [N, T]; critic_step (state, critic_batch) -> (state, metrics) updates the critic alone (warm-up,
+    # separate critic); shared_trunk_step (state, batch, critic_batch, key) -> (state, metrics) updates both.
+    values_fn: Callable | None = None
+    critic_step: Callable | None = None
+    shared_trunk_step: Callable | None = None
+    # PRIME's implicit PRM (rl.advantage="prime"), else None: (prm state, tokens, attention_mask) ->
+    # (log π_φ, log π_ref) [N, T]; prm_step (state, prm_batch) -> (state, metrics).
+    prm_logprobs_fn: Callable | None = None
+    prm_step: Callable | None = None
+
+
+def needs_behaviour_pass(config) -> bool:
+    """Whether an RL step needs a forward pass of the rollout policy before learning: old log-probs
+    (several updates per step), entropies (forking-token mask), Lp-Reg proxy log-probs, or the
+    log-probs of the KL-in-reward penalty, or the responses' mean token entropies (CANON's `seq_metric`)."""
+    rl = config.rl
+    return (
+        several_updates_per_step(config)
+        or rl.token_selection == "high_entropy"
+        or "proxy_logp" in registry.policy_loss_inputs(rl.loss)
+        or rl.kl_in_reward
+        or "seq_metric" in registry.advantage_inputs(rl.advantage)
+    )
+
+
+def build_rl_programs(config, setup, optimizer, critic_optimizer=None, prm_optimizer=None, *,
+                      state=None) -> RLPrograms:
+    """Jitted learner step, (when needed) the rollout-policy forward pass, and the critic's programs. With a mesh
+    (`setup.layout`), the learner step keeps the shardings of `state` (the RL stage's placed TrainState)."""
+    lcfg = learner_config(config)
+    behaviour_fn = None
+    if needs_behaviour_pass(config):
+        min_p = config.rl.proxy_min_p if "proxy_logp" in registry.policy_loss_inputs(config.rl.loss) else None
+        behaviour_fn = jax.jit(
+            functools.partial(
+                logprobs_lib.completion_logprobs,
+                setup.model_cfg,
+                completion_len=config.sampling.max_new_tokens,
+                temperature=lcfg.temperature,
+                chunk_size=lcfg.logprob_chunk_size,
+                vocab_chunk_size=lcfg.logprob_vocab_chunk_size or None,
+                min_p=min_p,
+            )
+        )
+    extra_programs = {}  # programs of the critic or the implicit PRM
+    if critic_optimizer is not None:
+        ccfg = critic_lib.critic_config(config)
+        extra_programs = dict(
+            values_fn=critic_lib.make_values_fn(setup.model_cfg, config.sampling.max_new_tokens),
+            critic_step=critic_lib.make_critic_step(setup.model_cfg, ccfg, critic_optimizer),
+            shared_trunk_step=(
+                critic_lib.make_shared_trunk_step(setup.model_cfg, lcfg, ccfg, optimizer, critic_optimizer)
+                if config.critic.shared_trunk
+                else None
+            ),
+        )
+    if prm_optimizer is not None:
+        pcfg = prime_lib.prm_config(config)
+        extra_programs = dict(
+            prm_logprobs_fn=prime_lib.make_logprobs_fn(setup.model_cfg, pcfg, config.sampling.max_new_tokens),
+            prm_step=prime_lib.make_prm_step(setup.model_cfg, pcfg, prm_optimizer),
+        )
+    return RLPrograms(
+        optimizer=optimizer,
+        learner_step=learner_lib.make_learner_step(setup.model_cfg, lcfg, optimizer, setup.layout, state),
+        behaviour_fn=behaviour_fn,
+        **extra_programs,
+    )

@@ -1,0 +1,59 @@
+"""Host-side rollout rows of one RL step (`Rows`) and the operations prompt selection composes them with: take,
+concatenate (prompts re-padded on the left), replace whole groups (`replace_groups`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Rows:
+    """Host-side rollout rows [n, ...] with their rewards; prompts left-padded to a multiple of the bucket."""
+
+    prompt_tokens: np.ndarray  # [n, P] int32
+    prompt_mask: np.ndarray  # [n, P] bool
+    completion_tokens: np.ndarray  # [n, T] int32
+    completion_mask: np.ndarray  # [n, T] bool
+    logprobs: np.ndarray  # [n, T] float32 sampler (behaviour) log-probs
+    finished: np.ndarray  # [n] bool
+    scores: np.ndarray  # [n] float32 combined reward
+    main: np.ndarray  # [n] float32 main (correctness) reward
+    components: np.ndarray  # [n, K] float32
+    hint_chars: np.ndarray  # [n] int32 reference-solution characters in the prompt
+    fresh: np.ndarray  # [n] bool: generated this step (False: replayed)
+
+
+def take(rows: Rows, idx: np.ndarray) -> Rows:
+    """Rows `idx` (in that order)."""
+    return Rows(**{f.name: getattr(rows, f.name)[idx] for f in dataclasses.fields(Rows)})
+
+
+def _left_pad(x: np.ndarray, width: int, value) -> np.ndarray:
+    return np.concatenate([np.full((x.shape[0], width - x.shape[1]), value, x.dtype), x], axis=1)
+
+
+def concat(parts: Sequence[Rows], pad_id: int) -> Rows:
+    """Rows of all parts in order; prompts re-padded on the left to the widest part."""
+    width = max(p.prompt_tokens.shape[1] for p in parts)
+    out = {}
+    for f in dataclasses.fields(Rows):
+        arrays = [getattr(p, f.name) for p in parts]
+        if f.name == "prompt_tokens":
+            arrays = [_left_pad(a, width, pad_id) for a in arrays]
+        elif f.name == "prompt_mask":
+            arrays = [_left_pad(a, width, False) for a in arrays]
+        out[f.name] = np.concatenate(arrays, axis=0)
+    return Rows(**out)
+
+
+def replace_groups(rows: Rows, hinted: Rows, targets: np.ndarray, sources: np.ndarray, g: int, pad_id: int) -> Rows:
+    """`rows` with groups `targets` replaced by groups `sources` of `hinted` (G rows each)."""
+    merged = concat([rows, hinted], pad_id)
+    order = np.arange(rows.scores.size)
+    offset = rows.scores.size
+    for t, s in zip(targets, sources):
+        order[t * g : (t + 1) * g] = offset + s * g + np.arange(g)
+    return take(merged, order)

@@ -1,0 +1,159 @@
+"""The single-turn rollout source of the job (`train.job`): setup (`build_setup`), SFT batches of reference solutions
+(`sft_batch`), held-out evaluation (`evaluate`), and an RL step's learner inputs (`collect`): the scored rollouts
+(`train.rollouts`), the rollout policy's forward pass when needed, the estimator's standard inputs
+(`train.inputs`), advantages and the LearnerBatch. The multi-turn source is `train.agent`."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+
+from rl4llm import models
+from rl4llm.parallel import distributed
+from rl4llm.parallel import layout as layout_lib
+from rl4llm.rl import advantages as advantages_lib
+from rl4llm.rl import entropy as entropy_lib
+from rl4llm.rl import registry
+from rl4llm.train import batches
+from rl4llm.train import evaluate as evaluate_lib
+from rl4llm.train import inputs as inputs_lib
+from rl4llm.train import learner as learner_lib
+from rl4llm.train import rollouts
+from rl4llm.train import setup as setup_lib
+from rl4llm.train.companions import critic as critic_lib
+from rl4llm.train.programs import several_updates_per_step
+from rl4llm.train.setup import Setup
+from rl4llm.train.step import RolloutBatch
+
+def sft_batch(config, setup: Setup, step: int):
+    """Tokens [N, P+T], attention mask [N, P+T] and completion mask [N, T] of SFT step `step`."""
+    examples = setup.task.source.train_examples(step, config.sft.batch_size)
+    prompt_tokens, prompt_mask = batches.encode_prompts(
+        setup.tokenizer, [e.prompt for e in examples], config.sampling.prompt_bucket
+    )
+    completion_tokens, completion_mask = batches.encode_completions(
+        setup.tokenizer, [e.solution for e in examples], config.sampling.max_new_tokens
+    )
+    tokens, attention_mask = batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask)
+    return tokens, attention_mask, jnp.asarray(completion_mask)
+
+
+def evaluate(config, setup: Setup, params, key) -> dict:
+    """Held-out evaluation of `params` (`train.evaluate`): greedy accuracy, pass@k, ..."""
+    del config  # the evaluation settings are the setup's
+    params = setup.layout.sampler_params(params) if setup.layout else params
+    return evaluate_lib.evaluate(
+        setup.model_cfg, params, setup.tokenizer, setup.eval_examples, key, setup.eval_spec, setup.score_fn
+    )
+
+
+def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advantages):
+    """The step's LearnerBatch [N, ...]: PPO's old log-probs (the behaviour pass with several updates per step, else
+    the sampler's), the forking-token mask (80/20), Lp-Reg's proxy log-probs and GBPO's targets when configured."""
+    rl = config.rl
+    behaviour, loss_inputs = data.behaviour, registry.policy_loss_inputs(rl.loss)
+    return learner_lib.LearnerBatch(
+        tokens=data.tokens,
+        attention_mask=data.attention_mask,
+        completion_mask=data.mask,
+        advantages=advantages,
+        old_logp=behaviour[0] if several_updates_per_step(config) else rollout.logprobs,
+        sampler_logp=rollout.logprobs,
+        token_weights=(
+            entropy_lib.forking_token_mask(behaviour[1], data.mask, rho=rl.token_selection_rho)
+            if rl.token_selection == "high_entropy"
+            else None
+        ),
+        proxy_logp=behaviour[2] if "proxy_logp" in loss_inputs else None,
+        target_advantages=(
+            advantages_lib.gbpo_targets(adv_scores, data.group_ids, num_groups=rl.num_prompts)
+            if "target_advantages" in loss_inputs
+            else None
+        ),
+    )
+
+
+def collect(config, setup: Setup, programs, state, step: int, *, params_version: int | None = None) -> RolloutBatch:
+    """The learner's inputs of RL step `step`: the scored rollout (`rollouts.rollout_and_score`), the rollout
+    policy's forward pass when needed, the estimator's standard inputs (`train.inputs`), advantages and the
+    LearnerBatch. Reads `state` and never updates it. `params_version`: RL steps done by `state.params` (default `step`: synchronous)."""
+    rl = config.rl
+    step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
+    t0 = time.time()
+    rollout, scores, components, group_ids, host_metrics, selection = rollouts.rollout_and_score(
+        config, setup, state.params, step, step_key, state.selection
+    )
+    mask = rollout.completion_mask.astype(jnp.float32)
+    tokens, attention_mask = batches.join_sequences(
+        rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens, rollout.completion_mask
+    )
+    data = inputs_lib.StepData(config, setup, programs, state, step, step_key, scores, components, mask, tokens,
+                               attention_mask, jnp.asarray(group_ids), behaviour=None)
+    active = inputs_lib.providers(config)
+    products, metrics = inputs_lib.provide(active, data, host=True)
+    t_gen = time.time() - t0
+    behaviour = programs.behaviour_fn(state.params, tokens, attention_mask) if programs.behaviour_fn else None
+    data = dataclasses.replace(data, behaviour=behaviour)
+    device_products, device_metrics = inputs_lib.provide(active, data, host=False)
+    products.update(device_products)
+    host_metrics.update({**metrics, **device_metrics})
+    advantage_inputs = registry.advantage_inputs(rl.advantage)
+    adv_scores = products.pop("scores", jnp.asarray(scores))  # KL in the reward: Σ_t token rewards
+    advantages, returns = inputs_lib.advantages(
+        adv_scores, data.group_ids, mask, name=rl.advantage,
+        num_groups=rl.num_prompts, kwargs=tuple(sorted(inputs_lib.advantage_kwargs(config).items())),
+        **{k: v for k, v in products.items() if k in advantage_inputs},
+    )
+    host_metrics["useful_frac"] = useful_fraction(advantages, mask)
+    critic_batch = None
+    if returns is not None:
+        critic_batch = critic_lib.CriticBatch(tokens=tokens, attention_mask=attention_mask, completion_mask=mask,
+                                              old_values=products["values"], returns=returns)
+        host_metrics.update(critic_lib.value_metrics(products["values"], returns, mask))
+    return RolloutBatch(
+        step=step, params_version=step if params_version is None else params_version,
+        batch=learner_batch(config, data, rollout, adv_scores, advantages), critic_batch=critic_batch,
+        prm_batch=products.get("prm_batch"), current_kl=products.get("current_kl"), host_metrics=host_metrics,
+        t_gen=t_gen, selection=selection,
+    )
+
+
+def useful_fraction(advantages, mask):  # [N, T] each
+    """Rows that carry a learning signal (a non-zero advantage on a trained token): 1 − the share of the batch that
+    all-equal groups (or masked rows) waste; generated rollouts / useful rows = samples per useful gradient."""
+    return jnp.mean(jnp.any((advantages != 0) & (mask > 0), axis=-1))
+
+
+def build_setup(config, workdir: str) -> Setup:
+    """`setup.build_setup` (process 0 trains and caches the tokenizer, the others load it), on the config's meshes."""
+    with distributed.main_process_first("task tokenizer"):
+        setup = setup_lib.build_setup(config, workdir)
+    return dataclasses.replace(setup, layout=layout_lib.layout_from_config(config, setup.model_cfg))
+
+
+def describe(config, setup: Setup) -> str:
+    """The job's opening line: the model, its size and the devices."""
+    shapes = jax.eval_shape(functools.partial(models.init_params, setup.model_cfg), jax.random.key(0))
+    num_params = sum(x.size for x in jax.tree.leaves(shapes))
+    return (f"model {config.model.hf_checkpoint or config.model.preset}: {num_params / 1e6:.2f}M params, "
+            f"{setup.model_cfg}; devices: {jax.devices()}")
+
+
+def summary(sft_eval: dict, rl_eval: dict) -> dict:
+    """The headline numbers of summary.json: greedy accuracy after the warm start and after RL."""
+    return {"sft_eval_accuracy": sft_eval["eval/greedy_accuracy"], "rl_eval_accuracy": rl_eval["eval/greedy_accuracy"]}
+
+
+def summary_table(summary: dict) -> str:
+    """A short human table of warm-start vs after-RL evaluation."""
+    keys = ["greedy_accuracy"] + [k.removeprefix("eval/") for k in summary["rl_eval"] if k.startswith("eval/pass@")]
+    keys.append("response_length")
+    header = f"{'':12s}" + "".join(f"{k:>18s}" for k in keys)
+    rows = [header]
+    for name, ev in (("warm start", summary["sft_eval"]), ("after RL", summary["rl_eval"])):
+        rows.append(f"{name:12s}" + "".join(f"{ev['eval/' + k]:>18.3f}" for k in keys))
+    return "\n".join(rows)
