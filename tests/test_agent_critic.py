@@ -1,4 +1,4 @@
-"""A critic in the multi-turn agent loop (rl4llm.train.agent_trainer with rl.advantage="bilevel_gae" / "gae"):
+"""A critic in the multi-turn agent loop (rl4llm.train.agent with rl.advantage="bilevel_gae" / "gae"):
 the critic's values read at the right record positions, RAGEN's bi-level GAE on them, returns and advantages only
 on policy tokens, critic and policy both trained, and an exact resume with the critic's state."""
 from __future__ import annotations
