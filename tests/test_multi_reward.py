@@ -10,6 +10,7 @@ import pytest
 from configs import default
 from rl4llm import rewards
 from rl4llm.rewards import pipeline
+from rl4llm.rl import advantages
 from rl4llm.config import validation as config_validation
 from rl4llm.train import inputs as inputs_lib
 from tests.test_recipes import _run_from_sft, sft_workdir, shrink  # noqa: F401  (module-scoped SFT fixture)
@@ -74,6 +75,24 @@ def test_validation_of_reward_component_estimators():
     config = _config("gdpo", "format_answer_tag:0.5")
     config.rl.kl_in_reward = True
     with pytest.raises(config_validation.ConfigError, match=r"config\.rl\.kl_in_reward"):
+        config_validation.validate(config)
+
+
+def test_bnpo_rejects_rewards_that_leave_its_range_unless_the_range_is_set():
+    """bnpo scales rewards by [r_min, r_max] = [0, 1]: a group mean of -0.0025 (a penalty on one of four zero
+    rewards) already gives NaN advantages, so shapers that add bonuses or penalties, and KL in the reward, are
+    config errors unless advantage_kwargs states the range."""
+    scores = jnp.array([-0.01, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0])
+    assert jnp.isnan(advantages.bnpo(scores, jnp.array([0, 0, 0, 0, 1, 1, 1, 1]), num_groups=2)).any()
+    for shaper in ("dapo_overlong", "kimi_length_penalty", "laser", "laser_d"):
+        with pytest.raises(config_validation.ConfigError, match=rf"config\.task\.length_shaping='{shaper}' adds"):
+            config_validation.validate(_config("bnpo", length_shaping=shaper))
+    config = _config("bnpo", length_shaping="dapo_overlong")
+    config.rl.advantage_kwargs.r_min = -1.0
+    config_validation.validate(config)
+    config = _config("bnpo")
+    config.rl.kl_in_reward = True
+    with pytest.raises(config_validation.ConfigError, match=r"config\.rl\.kl_in_reward=True subtracts"):
         config_validation.validate(config)
 
 

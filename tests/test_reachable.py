@@ -2,7 +2,7 @@
 statistics) and length shaper passes config validation in the loop that provides its inputs -- the single-turn
 main job, or the agent loop for the turn-level estimators -- so no kernel is rejected for an input the trainer does
 not supply. Validation traces the method on the loop's inputs (`config_validation._check_values`), so the kernel
-is also called with the config's hyper-parameters."""
+is also called with the config's hyper-parameters. tests/test_runs_every_name.py then trains one RL step with each."""
 
 import pytest
 

@@ -96,6 +96,32 @@ def uses_reward_components(config) -> bool:
     return declared and bool(combine_lib.parse_weights(config.task.extra_rewards))
 
 
+def _reward_range_errors(config) -> list[str]:
+    """BNPO fits a Beta distribution to the groups' mean rewards scaled by (r_min, r_max) (default [0, 1]): a length
+    shaper that adds bonuses or penalties, or KL in the reward, moves rewards out of that range, and the Beta density
+    of a mean outside [0, 1] gives NaN (a group mean of -0.0025) or meaningless advantages. With reward components bnpo normalises each component, which
+    neither changes (`_reward_component_errors`)."""
+    rl, task = config.rl, config.task
+    if rl.advantage != "bnpo" or uses_reward_components(config):
+        return []
+    kwargs = set_kwargs(rl.advantage_kwargs)
+    if "r_min" in kwargs or "r_max" in kwargs:
+        return []  # the user states the range
+    errors = []
+    if task.length_shaping in length_lib.LENGTH_SHAPING and task.length_shaping not in length_lib.RANGE_PRESERVING:
+        errors.append(
+            f"config.task.length_shaping={task.length_shaping!r} adds bonuses or penalties, so rewards leave the "
+            "[0, 1] that rl.advantage='bnpo' scales by (its Beta fit then gives NaN or meaningless advantages): set "
+            "config.rl.advantage_kwargs.r_min / r_max to the shaped reward's range, or use 'dler_truncation' / 'none'"
+        )
+    if rl.kl_in_reward:
+        errors.append(
+            "config.rl.kl_in_reward=True subtracts a KL penalty from the reward, so rewards leave the [0, 1] that "
+            "rl.advantage='bnpo' scales by: set config.rl.advantage_kwargs.r_min / r_max, or put the KL in the loss"
+        )
+    return errors
+
+
 def _reward_component_errors(config) -> list[str]:
     """An estimator of reward components needs extra rewards, and sees neither length shaping nor a KL penalty
     in the reward (both change the combined reward only)."""
@@ -606,6 +632,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     errors += _batch_errors(config)
     errors += _method_errors(config)
     errors += _reward_component_errors(config)
+    errors += _reward_range_errors(config)
     errors += _control_errors(config)
     errors += _critic_errors(config)
     errors += _selection_errors(config)

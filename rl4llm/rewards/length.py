@@ -114,5 +114,8 @@ LENGTH_SHAPING = {
     "laser": laser,
     "laser_d": laser_d,
 }
+# Shapers whose output stays within the task reward's range (they only zero rewards); the others add bonuses or
+# penalties, so the shaped reward leaves [0, 1] (what `rl.advantages.bnpo` assumes by default).
+RANGE_PRESERVING = frozenset({"dler_truncation"})
 # Arguments every shaping function receives from the trainer (not hyper-parameters).
 STANDARD_INPUTS = ("scores", "lengths", "group_ids", "max_length")
