@@ -131,8 +131,8 @@ STUDIES = {
         description="Yu et al. 2025 (DAPO) Table 1: each component added in turn",
     ),
     # The ladder where dynamic sampling has work to do: RL on longer chains (4 to 6 operands, uniformly) from the same
-    # 4-operand warm start, which solves 5 and 6 operands rarely (held-out greedy 0.23, pass@1 0.18, pass@16 0.46 on the
-    # mix, from the AVX-512 machine's warm start), so about half the groups are all wrong. Response budget 56 tokens (the
+    # 4-operand warm start, which solves 5 and 6 operands rarely (on the mix, the AVX-512 machine's warm start: held-out
+    # greedy 0.221, pass@1 0.162, pass@4 0.307; pass@16 0.46 on 256 prompts), so about half the groups are all wrong. Response budget 56 tokens (the
     # longest correct 6-operand answer has 48 with its stop token; DAPO's overlong punishment starts above 48).
     "dapo_hard": Study(
         arms={rung: _ladder(rung, task__min_operands=4, task__max_operands=6, sampling__max_new_tokens=56)
