@@ -6,7 +6,8 @@ r"""The main job: SFT warm start then RL on a built-in task, with Orbax checkpoi
 
     python -m experiments.train --config=configs/agent_kg_search.py --workdir=/tmp/rl4llm/kg
 
-Re-running with the same --workdir resumes from the newest readable checkpoint.
+Re-running with the same --workdir resumes from the newest readable checkpoint. On SIGTERM (preemption) or Ctrl-C
+the run finishes its step, writes a checkpoint and exits 0 saying so; a second signal aborts at once.
 Several hosts (TPU pod slice, GPU cluster): the same command on every host with --config.distributed.initialize=True
 (configs/default.py, "distributed") and a --workdir every host sees (an NFS or gcsfuse mount).
 Writes <workdir>/metrics.jsonl, TensorBoard events under <workdir>/tensorboard, and summary.json.
@@ -33,6 +34,7 @@ def main(argv):
     from rl4llm import config as config_lib
     from rl4llm.parallel import distributed
     from rl4llm.train import job
+    from rl4llm.train import preemption
 
     distributed.initialize(flags.FLAGS.config.distributed)  # several hosts: before anything touches a device
     try:
@@ -40,6 +42,8 @@ def main(argv):
         job.run(flags.FLAGS.config, _WORKDIR.value)
     except config_lib.ConfigError as e:  # raised by the validation, before anything is built
         sys.exit(str(e))
+    except preemption.Preempted as e:  # a checkpoint of the last step is written: a clean exit
+        print(e, flush=True)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,17 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import math
+import signal
 from typing import Callable, Sequence
 
 import numpy as np
 import pebble
+
+
+def _ignore_sigint() -> None:
+    """Worker initializer: a Ctrl-C at a terminal reaches the whole process group; the trainer decides what it
+    means (finish the step, checkpoint, stop: `train.preemption`), so the workers keep scoring."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _score_one(reward_fn: Callable[[str, str], float], completion: str, answer: str) -> float:
@@ -46,7 +53,7 @@ class BatchScorer:
     def _get_pool(self) -> pebble.ProcessPool:
         if self._pool is None or not self._pool.active:
             self._pool = pebble.ProcessPool(
-                max_workers=self.num_workers, context=multiprocessing.get_context("spawn")
+                max_workers=self.num_workers, context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint
             )
         return self._pool
 

@@ -70,6 +70,7 @@ class Checkpointer:
     """Saves and restores `(state pytree, meta dict)` pairs under `directory`."""
 
     def __init__(self, directory: str, *, max_to_keep: int = 3):
+        self.directory = directory
         self._manager = ocp.CheckpointManager(
             directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),

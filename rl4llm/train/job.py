@@ -19,6 +19,7 @@ from rl4llm import config as config_lib
 from rl4llm.parallel import distributed
 from rl4llm.train import loop
 from rl4llm.train import metrics as metrics_lib
+from rl4llm.train import preemption
 from rl4llm.train import sft as sft_lib
 from rl4llm.train import setup as setup_lib
 
@@ -44,7 +45,8 @@ def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
     """Runs (or resumes) the whole job in `workdir`; returns the summary also written to summary.json. Raises
     `rl4llm.config.ConfigError` (every invalid field named) before anything is built.
 
-    `stop_after_rl_step` ends the RL stage early (as an interruption would): used by tests.
+    `stop_after_rl_step` ends the RL stage early (as an interruption would): used by tests. On SIGTERM / SIGINT
+    the stage finishes its step, checkpoints it and raises `preemption.Preempted` (`train.preemption`).
     """
     config_lib.validate(config)
     t0 = time.time()
@@ -55,17 +57,18 @@ def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
     key = jax.random.key(config.seed)
     writer = metrics_lib.MetricsWriter(workdir) if distributed.is_main_process() else metrics_lib.NullWriter()
     print(source.describe(config, setup), flush=True)
-    try:
-        sft_params, sft_eval = sft_lib.run_sft(config, setup, source, key, writer, workdir)
-        rl_params, rl_eval, rl_steps = loop.run_rl(
-            config, setup, source, sft_params, key, writer, workdir, stop_after_step=stop_after_rl_step
-        )
-        if config.model.export_hf:
-            setup_lib.export_hf(config, setup, rl_params, os.path.join(workdir, "hf_export"))
-    finally:
-        if setup.rewards is not None:
-            setup.rewards.close()  # the scoring worker processes
-    writer.close()
+    with preemption.StopSignal() as stop:
+        try:
+            sft_params, sft_eval = sft_lib.run_sft(config, setup, source, key, writer, workdir, stop)
+            rl_params, rl_eval, rl_steps = loop.run_rl(
+                config, setup, source, sft_params, key, writer, workdir, stop, stop_after_step=stop_after_rl_step
+            )
+            if config.model.export_hf:
+                setup_lib.export_hf(config, setup, rl_params, os.path.join(workdir, "hf_export"))
+        finally:
+            if setup.rewards is not None:
+                setup.rewards.close()  # the scoring worker processes
+            writer.close()
     rl_eval = rl_eval or sft_eval
     summary = {
         **source.summary(sft_eval, rl_eval),

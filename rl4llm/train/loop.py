@@ -14,6 +14,7 @@ from rl4llm.data import selection as selection_lib
 from rl4llm.train import async_rollouts as async_lib
 from rl4llm.train import checkpointing
 from rl4llm.train import optim
+from rl4llm.train import preemption
 from rl4llm.train import state as state_lib
 from rl4llm.train import step as step_lib
 from rl4llm.train.companions import critic as critic_lib
@@ -70,9 +71,13 @@ def resume(ckpt: checkpointing.Checkpointer, state):
     return state, restored.step, restored.meta.get("eval")
 
 
-def run_rl(config, setup, source, init_params, key, writer, workdir: str, *, stop_after_step=None):
+def run_rl(config, setup, source, init_params, key, writer, workdir: str, stop: preemption.StopSignal, *,
+           stop_after_step=None):
     """RL stage from `init_params` with the rollout `source` (`train.single_turn` or `train.agent`); returns (final
-    params, last eval metrics, steps done)."""
+    params, last eval metrics, steps done). When `stop` asks for it (a signal), checkpoints the step just done and
+    raises `preemption.Preempted`. In an async run (`rl.async_rollouts`) the batches in flight are dropped then, and
+    the resumed run regenerates them from the checkpointed params (fresher than the uninterrupted run's, which were
+    generated before it): exact resumption holds from the periodic checkpoints, where the pipeline is flushed."""
     rl = config.rl
     optimizer = rl_optimizer(config)
     critic_optimizer = critic_lib.make_critic_optimizer(config) if critic_lib.enabled(config) else None
@@ -97,10 +102,13 @@ def run_rl(config, setup, source, init_params, key, writer, workdir: str, *, sto
                 step_metrics.update(last_eval)
             if due(config.log_every, step, rl.steps) or step % config.eval.every == 0:
                 writer.write("rl", step, step_metrics)
-            if due(config.checkpoint.every, step, rl.steps):
+            stopping = stop.should_stop(config.sft.steps + step)  # ids increase over SFT then RL (all processes)
+            if due(config.checkpoint.every, step, rl.steps) or stopping:
                 ckpt.save(step, state, {"data_step": step, "eval": last_eval})
+            if stopping and step < end:
+                raise preemption.Preempted("rl", step, ckpt.directory)
     finally:
         if pipeline is not None:
             pipeline.close()
-    ckpt.close()
+        ckpt.close()
     return state.params, last_eval, end

@@ -20,6 +20,7 @@ from rl4llm.train import logprobs as logprobs_lib
 from rl4llm.train import loop
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import optim
+from rl4llm.train import preemption
 from rl4llm.train import setup as setup_lib
 
 
@@ -54,8 +55,10 @@ def make_sft_step(model_cfg, optimizer: optax.GradientTransformation, chunk_size
     return jax.jit(step, donate_argnums=0)
 
 
-def run_sft(config, setup, source, key, writer: metrics_lib.MetricsWriter, workdir: str):
-    """Warm-start stage; returns (params, eval metrics of the warm-started policy). The rollout `source`
+def run_sft(config, setup, source, key, writer: metrics_lib.MetricsWriter, workdir: str,
+            stop: preemption.StopSignal):
+    """Warm-start stage; returns (params, eval metrics of the warm-started policy). When `stop` asks for it (a
+    signal), checkpoints the step just done and raises `preemption.Preempted`. The rollout `source`
     (`train.single_turn` or `train.agent`) gives the batches, `source.sft_batch(config, setup, step)` -> (tokens
     [N, P+T], attention [N, P+T], completion mask [N, T]), and the evaluation, `source.evaluate(config, setup,
     params, key)`."""
@@ -83,8 +86,12 @@ def run_sft(config, setup, source, key, writer: metrics_lib.MetricsWriter, workd
         state, step_metrics = step_fn(state, *source.sft_batch(config, setup, step - 1))
         if loop.due(config.log_every, step, cfg.steps):
             writer.write("sft", step, {**step_metrics, "step_s": (time.time() - t0) / (step - start)})
-        if step % config.checkpoint.every == 0 and step < cfg.steps:
+        stopping = stop.should_stop(step)
+        if (step % config.checkpoint.every == 0 or stopping) and step < cfg.steps:
             ckpt.save(step, state, {"data_step": step})
+        if stopping and step < cfg.steps:
+            ckpt.close()
+            raise preemption.Preempted("sft", step, ckpt.directory)
     eval_metrics = source.evaluate(config, setup, state.params, jax.random.fold_in(key, 2))
     writer.write("sft", cfg.steps, eval_metrics)
     ckpt.save(cfg.steps, state, {"data_step": cfg.steps, "eval": eval_metrics})
