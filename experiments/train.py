@@ -21,10 +21,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-_CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
-config_flags.DEFINE_config_file(
-    "config", os.path.join(_CONFIG_DIR, "default.py"), "Run config (ml_collections).", lock_config=True
-)
+_DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "default.py")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rl4llm/default", "Where checkpoints, logs and the summary go.")
 
 
@@ -47,6 +44,12 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Overrides naming no field: "unknown field config.rl.lr; did you mean config.rl.learning_rate?", exit 2
+    # (checked first: ml_collections would raise a bare AttributeError while defining the flag).
+    from rl4llm.config import overrides
+
+    overrides.exit_on_unknown_fields(sys.argv[1:], _DEFAULT_CONFIG)
+    config_flags.DEFINE_config_file("config", _DEFAULT_CONFIG, "Run config (ml_collections).", lock_config=True)
     # Progress lines go to stdout; absl INFO (Orbax's per-save chatter) is hidden unless asked for
     # with --verbosity=0.
     logging.set_verbosity(logging.WARNING)

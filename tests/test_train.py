@@ -357,6 +357,24 @@ def test_binary_rejects_bad_config_before_compiling(tmp_path):
     assert not workdir.exists()  # nothing was built
 
 
+def test_binary_names_unknown_fields_with_suggestions_and_exits_2(tmp_path):
+    import subprocess
+    import sys
+
+    workdir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.train", f"--workdir={workdir}", "--config=configs/dapo_ladder.py:dapo",
+         "--config.rl.lr=-1", "--config.sft.stpes=3", "--config.rl.loss_kwargs.clip_high=0.3"],
+        capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "unknown field config.rl.lr; did you mean config.rl.learning_rate?",
+        "unknown field config.sft.stpes; did you mean config.sft.steps?",
+    ]  # one line each, no traceback; the valid override is not mentioned
+    assert not workdir.exists()
+
+
 def _answer_is_even(completion: str, answer: str) -> float:
     del answer
     value = arithmetic_reward.extract_answer(completion)
