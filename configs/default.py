@@ -198,6 +198,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.pass_k = (1, 4)
 
     c.log_every = 5
+    # A non-finite gradient skips its update (policy, critic, PRM: `train.optim.make_optimizer`); after this many
+    # policy updates skipped in a row the run checkpoints its last good state and stops (`train.optim.NonFiniteError`).
+    c.max_skipped_updates = 5
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every = 25
     c.checkpoint.max_to_keep = 3

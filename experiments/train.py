@@ -31,13 +31,14 @@ def main(argv):
     from rl4llm import config as config_lib
     from rl4llm.parallel import distributed
     from rl4llm.train import job
+    from rl4llm.train import optim
     from rl4llm.train import preemption
 
     distributed.initialize(flags.FLAGS.config.distributed)  # several hosts: before anything touches a device
     try:
         # A config whose agent section names an env is a multi-turn agent run (configs/agent_*.py).
         job.run(flags.FLAGS.config, _WORKDIR.value)
-    except config_lib.ConfigError as e:  # raised by the validation, before anything is built
+    except (config_lib.ConfigError, optim.NonFiniteError) as e:  # before anything is built / last good state saved
         sys.exit(str(e))
     except preemption.Preempted as e:  # a checkpoint of the last step is written: a clean exit
         print(e, flush=True)

@@ -1,5 +1,6 @@
 """The main job end to end on a tiny config: resume, corrupted checkpoints, learning, validation."""
 
+import functools
 import json
 import os
 
@@ -7,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
@@ -104,10 +106,58 @@ def test_changed_config_on_resume_is_a_clear_error_and_moves_nothing(tmp_path):
     job.run(config, workdir, stop_after_rl_step=2)
     before = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
     config.rl.warmup_steps = 0
-    with pytest.raises(checkpointing.CheckpointMismatchError, match=r"opt_state\.1\.2\.count: only in the checkpoint"):
+    with pytest.raises(checkpointing.CheckpointMismatchError, match=r"opt_state\.inner_state\.1\.2\.count: only in the checkpoint"):
         job.run(config, workdir)
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == before
     assert os.listdir(os.path.join(workdir, "checkpoints", "rl")) != []
+
+
+def test_non_finite_gradient_skips_the_update_and_finite_ones_are_adamw_exactly():
+    params = {"w": jnp.array([1.0, -2.0, 3.0]), "b": jnp.array(0.5)}
+    guarded = optim.make_optimizer(0.1, 0, 0.01, 1.0)
+    plain = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(0.1, weight_decay=0.01))
+    grads = {"w": jnp.array([0.3, -0.1, 2.0]), "b": jnp.array(-0.7)}
+    p_guarded, s_guarded = optim.apply_update(guarded, params, guarded.init(params), grads)
+    p_plain, _ = optim.apply_update(plain, params, plain.init(params), grads)
+    for k in params:
+        np.testing.assert_array_equal(p_guarded[k], p_plain[k])
+    bad = {"w": jnp.array([0.3, jnp.nan, 2.0]), "b": jnp.array(-0.7)}
+    for expected_in_a_row in (1, 2):
+        p_after, s_after = optim.apply_update(guarded, p_guarded, s_guarded, bad)
+        for k in params:  # params and Adam's moments untouched
+            np.testing.assert_array_equal(p_after[k], p_guarded[k])
+        jax.tree.map(np.testing.assert_array_equal, s_after.inner_state, s_guarded.inner_state)
+        assert (int(s_after.notfinite_count), int(s_after.total_notfinite)) == (expected_in_a_row, expected_in_a_row)
+        s_guarded = s_after
+    _, s_after = optim.apply_update(guarded, p_guarded, s_guarded, grads)
+    assert (int(s_after.notfinite_count), int(s_after.total_notfinite)) == (0, 2)
+
+
+def test_non_finite_loss_skips_updates_then_checkpoints_the_last_good_state_and_stops(tmp_path, capsys, monkeypatch):
+    """Fault injection: the policy loss is made NaN, so every RL update's gradient is non-finite. Each is skipped (one
+    console line per step), and after max_skipped_updates in a row the run checkpoints and stops with
+    NonFiniteError; the checkpointed params are the last good ones: the SFT warm start's, bit for bit."""
+    from rl4llm.rl import losses
+    from rl4llm.rl import registry
+
+    @functools.wraps(losses.ppo_clip)
+    def nan_loss(*args, **kwargs):
+        loss, metrics = losses.ppo_clip(*args, **kwargs)
+        return loss * jnp.nan, metrics
+
+    monkeypatch.setitem(registry.POLICY_LOSSES, "ppo_clip", nan_loss)
+    config = tiny_config()
+    config.max_skipped_updates = 2
+    workdir = str(tmp_path / "run")
+    with pytest.raises(optim.NonFiniteError, match=r"RL step 2: 2 updates in a row had a non-finite gradient"):
+        job.run(config, workdir)
+    lines = [l for l in capsys.readouterr().out.splitlines() if "skipped for a non-finite gradient" in l]
+    assert [l.split(":")[0] for l in lines] == ["[rl] step 1", "[rl] step 2"], lines
+    assert checkpointing.Checkpointer(os.path.join(workdir, "checkpoints", "rl")).all_steps() == [2]
+    assert [r["optim/skipped_updates"] for r in _rl_records(workdir).values()] == [1.0, 1.0]
+    saved = lambda stage, step: ocp.StandardCheckpointer().restore(  # noqa: E731
+        os.path.join(workdir, "checkpoints", stage, str(step), "state"))["params"]
+    jax.tree.map(np.testing.assert_array_equal, saved("rl", 2), saved("sft", config.sft.steps))
 
 
 def test_outputs_and_sampler_learner_agreement(tmp_path):

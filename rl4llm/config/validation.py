@@ -650,6 +650,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
             f"[1, config.eval.pass_n={config.eval.pass_n}]"
         )
     _check_positive_int(errors, config, "log_every")
+    _check_positive_int(errors, config, "max_skipped_updates")
     _check_positive_int(errors, config, "checkpoint.every")
     _check_positive_int(errors, config, "checkpoint.max_to_keep")
     if errors:

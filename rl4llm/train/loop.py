@@ -75,7 +75,8 @@ def run_rl(config, setup, source, init_params, key, writer, workdir: str, stop: 
            stop_after_step=None):
     """RL stage from `init_params` with the rollout `source` (`train.single_turn` or `train.agent`); returns (final
     params, last eval metrics, steps done). When `stop` asks for it (a signal), checkpoints the step just done and
-    raises `preemption.Preempted`. In an async run (`rl.async_rollouts`) the batches in flight are dropped then, and
+    raises `preemption.Preempted`; after `config.max_skipped_updates` non-finite updates in a row, checkpoints the
+    last good state and raises `optim.NonFiniteError`. In an async run (`rl.async_rollouts`) the batches in flight are dropped then, and
     the resumed run regenerates them from the checkpointed params (fresher than the uninterrupted run's, which were
     generated before it): exact resumption holds from the periodic checkpoints, where the pipeline is flushed."""
     rl = config.rl
@@ -94,17 +95,21 @@ def run_rl(config, setup, source, init_params, key, writer, workdir: str, stop: 
     if rl.async_rollouts:  # batches generated in the background; any still in flight at the end are dropped
         pipeline = rollout_pipeline(source, config, setup, programs, state, start, end)
         step_fn = functools.partial(step_lib.async_rl_step, pipeline)
+    skips = optim.SkipMonitor("rl", state.opt_state, config.max_skipped_updates)
     try:
         for step in range(start + 1, end + 1):
             state, step_metrics = step_fn(config, setup, programs, state, step - 1)
+            give_up = skips.after_step(step, state.opt_state, step_metrics)
             if due(config.eval.every, step, rl.steps):
                 last_eval = source.evaluate(config, setup, state.params, jax.random.fold_in(key, 2))
                 step_metrics.update(last_eval)
             if due(config.log_every, step, rl.steps) or step % config.eval.every == 0:
                 writer.write("rl", step, step_metrics)
             stopping = stop.should_stop(config.sft.steps + step)  # ids increase over SFT then RL (all processes)
-            if due(config.checkpoint.every, step, rl.steps) or stopping:
+            if due(config.checkpoint.every, step, rl.steps) or stopping or give_up:
                 ckpt.save(step, state, {"data_step": step, "eval": last_eval})
+            if give_up:
+                raise skips.error(step)
             if stopping and step < end:
                 raise preemption.Preempted("rl", step, ckpt.directory)
     finally:

@@ -1,6 +1,11 @@
 """Optimization of every trained part (policy in SFT and RL, critic, implicit PRM): AdamW after global-norm clipping
 with a warm-up then constant or cosine learning rate (`make_optimizer`), gradient accumulation over micro-batches
-(`split_microbatches`, `accumulate`) and the update (`apply_update`)."""
+(`split_microbatches`, `accumulate`) and the update (`apply_update`).
+
+Non-finite guard: an update whose gradient has a NaN or inf anywhere is skipped (params and optimizer moments left
+as they were: `optax.apply_if_finite`), and counted in the optimizer state (`skipped_updates`). The stage's loop logs
+each skip and, after `config.max_skipped_updates` in a row, checkpoints the last good state and raises
+`NonFiniteError` (`check_skipped`)."""
 
 from __future__ import annotations
 
@@ -41,10 +46,17 @@ def make_optimizer(
     schedule: str = "constant",
     total_steps: int = 0,
 ) -> optax.GradientTransformation:
-    """AdamW after global-norm gradient clipping, with `learning_rate_schedule(...)` as its learning rate."""
+    """AdamW after global-norm gradient clipping, with `learning_rate_schedule(...)` as its learning rate; an update
+    with a non-finite gradient is skipped (module docstring; the host decides when to stop, so optax's own limit is
+    never reached)."""
     lr = learning_rate_schedule(learning_rate, warmup_steps, schedule, total_steps)
     adamw = optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
-    return optax.chain(optax.clip_by_global_norm(grad_clip), adamw) if grad_clip > 0 else adamw
+    update = optax.chain(optax.clip_by_global_norm(grad_clip), adamw) if grad_clip > 0 else adamw
+    return optax.apply_if_finite(update, max_consecutive_errors=2**30)
+
+
+class NonFiniteError(RuntimeError):
+    """Too many updates in a row had a non-finite gradient; the last good state is checkpointed."""
 
 
 def split_microbatches(tree, micro_batch_size: int):
@@ -78,3 +90,27 @@ def apply_policy_update(optimizer: optax.GradientTransformation, params, opt_sta
     them; `grads` are theirs). -> (params, opt_state)."""
     trainable, opt_state = apply_update(optimizer, lora.trainable(params), opt_state, grads)
     return lora.with_trainable(params, trainable), opt_state
+
+
+class SkipMonitor:
+    """The host's view of a stage's skipped updates (module docstring): `after_step` logs a step's skips and says
+    whether to stop (`limit` in a row); `error` is the exception to raise once the state is checkpointed."""
+
+    def __init__(self, stage: str, opt_state, limit: int):
+        self.stage, self.limit = stage, limit
+        self.total = int(opt_state.total_notfinite)
+
+    def after_step(self, step: int, opt_state, metrics: dict) -> bool:
+        """Adds `optim/skipped_updates` (this step's) to `metrics`, prints one line if any; True: stop now."""
+        in_a_row, total = int(opt_state.notfinite_count), int(opt_state.total_notfinite)
+        metrics["optim/skipped_updates"] = float(total - self.total)
+        if total > self.total:
+            print(f"[{self.stage}] step {step}: {total - self.total} update(s) skipped for a non-finite gradient "
+                  f"({in_a_row} in a row; the run stops at {self.limit})", flush=True)
+        self.total, self.in_a_row = total, in_a_row
+        return in_a_row >= self.limit
+
+    def error(self, step: int) -> NonFiniteError:
+        return NonFiniteError(f"{self.stage.upper()} step {step}: {self.in_a_row} updates in a row had a non-finite "
+                              "gradient; the last good state is checkpointed. Lower the learning rate, or check the "
+                              "rewards and the loss's inputs.")

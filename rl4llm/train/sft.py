@@ -58,7 +58,8 @@ def make_sft_step(model_cfg, optimizer: optax.GradientTransformation, chunk_size
 def run_sft(config, setup, source, key, writer: metrics_lib.MetricsWriter, workdir: str,
             stop: preemption.StopSignal):
     """Warm-start stage; returns (params, eval metrics of the warm-started policy). When `stop` asks for it (a
-    signal), checkpoints the step just done and raises `preemption.Preempted`. The rollout `source`
+    signal), checkpoints the step just done and raises `preemption.Preempted`; after `config.max_skipped_updates`
+    non-finite updates in a row, checkpoints the last good state and raises `optim.NonFiniteError`. The rollout `source`
     (`train.single_turn` or `train.agent`) gives the batches, `source.sft_batch(config, setup, step)` -> (tokens
     [N, P+T], attention [N, P+T], completion mask [N, T]), and the evaluation, `source.evaluate(config, setup,
     params, key)`."""
@@ -82,16 +83,18 @@ def run_sft(config, setup, source, key, writer: metrics_lib.MetricsWriter, workd
         print(f"resuming SFT from step {start}", flush=True)
     step_fn = make_sft_step(setup.model_cfg, optimizer, config.rl.logprob_chunk_size, setup.layout, state)
     t0 = time.time()
+    skips = optim.SkipMonitor("sft", state.opt_state, config.max_skipped_updates)
     for step in range(start + 1, cfg.steps + 1):
         state, step_metrics = step_fn(state, *source.sft_batch(config, setup, step - 1))
+        give_up = skips.after_step(step, state.opt_state, step_metrics)
         if loop.due(config.log_every, step, cfg.steps):
             writer.write("sft", step, {**step_metrics, "step_s": (time.time() - t0) / (step - start)})
-        stopping = stop.should_stop(step)
-        if (step % config.checkpoint.every == 0 or stopping) and step < cfg.steps:
+        stopping = stop.should_stop(step) and step < cfg.steps  # at the last: the evaluation, then RL's first step
+        if (step % config.checkpoint.every == 0 and step < cfg.steps) or stopping or give_up:
             ckpt.save(step, state, {"data_step": step})
-        if stopping and step < cfg.steps:
+        if stopping or give_up:
             ckpt.close()
-            raise preemption.Preempted("sft", step, ckpt.directory)
+            raise skips.error(step) if give_up else preemption.Preempted("sft", step, ckpt.directory)
     eval_metrics = source.evaluate(config, setup, state.params, jax.random.fold_in(key, 2))
     writer.write("sft", cfg.steps, eval_metrics)
     ckpt.save(cfg.steps, state, {"data_step": cfg.steps, "eval": eval_metrics})
