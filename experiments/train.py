@@ -30,6 +30,7 @@ def main(argv):
     # after flag parsing: absl logs go to stderr
     from rl4llm import config as config_lib
     from rl4llm.parallel import distributed
+    from rl4llm.train import checkpointing
     from rl4llm.train import job
     from rl4llm.train import optim
     from rl4llm.train import preemption
@@ -38,7 +39,7 @@ def main(argv):
     try:
         # A config whose agent section names an env is a multi-turn agent run (configs/agent_*.py).
         job.run(flags.FLAGS.config, _WORKDIR.value)
-    except (config_lib.ConfigError, optim.NonFiniteError) as e:  # before anything is built / last good state saved
+    except (config_lib.ConfigError, checkpointing.StorageError, optim.NonFiniteError) as e:  # one line, exit 1
         sys.exit(str(e))
     except preemption.Preempted as e:  # a checkpoint of the last step is written: a clean exit
         print(e, flush=True)

@@ -17,6 +17,7 @@ import jax
 
 from rl4llm import config as config_lib
 from rl4llm.parallel import distributed
+from rl4llm.train import checkpointing
 from rl4llm.train import loop
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import preemption
@@ -43,7 +44,8 @@ def _write_json(path: str, text: str) -> None:
 
 def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
     """Runs (or resumes) the whole job in `workdir`; returns the summary also written to summary.json. Raises
-    `rl4llm.config.ConfigError` (every invalid field named) before anything is built.
+    `rl4llm.config.ConfigError` (every invalid field named) before anything is built, `checkpointing.StorageError`
+    before training if the workdir cannot hold the checkpoints (or when a checkpoint write fails).
 
     `stop_after_rl_step` ends the RL stage early (as an interruption would): used by tests. On SIGTERM / SIGINT
     the stage finishes its step, checkpoints it and raises `preemption.Preempted` (`train.preemption`).
@@ -51,9 +53,11 @@ def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
     config_lib.validate(config)
     t0 = time.time()
     source = rollout_source(config)
-    os.makedirs(workdir, exist_ok=True)
+    checkpointing.probe_workdir(workdir)
     _write_json(os.path.join(workdir, "config.json"), config.to_json_best_effort(indent=2))
     setup = source.build_setup(config, workdir)
+    checkpointing.check_free_space(workdir, checkpointing.checkpoint_bytes_needed(
+        setup_lib.param_bytes(setup.model_cfg), config.checkpoint.max_to_keep))
     key = jax.random.key(config.seed)
     writer = metrics_lib.MetricsWriter(workdir) if distributed.is_main_process() else metrics_lib.NullWriter()
     print(source.describe(config, setup), flush=True)

@@ -112,6 +112,16 @@ def model_config(config, vocab_size: int) -> models.ModelConfig:
     return models.get_config(m.preset, vocab_size=vocab_size, **fields)
 
 
+def param_bytes(model_cfg: models.ModelConfig) -> int:
+    """Bytes of the policy's params, LoRA adapters included (shapes only: nothing is initialised or read)."""
+
+    def init(key):
+        params = models.init_params(lora.base_config(model_cfg), key)
+        return lora.add_adapters(model_cfg, params, key) if model_cfg.lora_rank else params
+
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(jax.eval_shape(init, jax.random.key(0))))
+
+
 def initial_params(config, model_cfg: models.ModelConfig, key):
     """Warm-start params: the HF checkpoint's weights (config.model.hf_checkpoint, streamed and cast to
     param_dtype) or a random init; with LoRA, fresh adapters on top (B = 0: the same function)."""
