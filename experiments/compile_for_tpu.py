@@ -84,8 +84,8 @@ def print_report(r: dict, model_cfg, params: float) -> None:
               f"{p['aliased_gib']:7.2f} {p['temporaries_gib']:7.2f} {p['peak_gib']:7.2f} "
               f"{'yes' if p['fits'] else 'NO':>5s} {p['compile_s']:8.1f} {p['xla_tflop_per_device']:8.3f}")
         for ph in p["phases"]:
-            print(f"    {ph['name']:24s} model {ph["model_tflop"]:10.4g} TFLOP  executed {ph["tflop"]:10.4g} TFLOP  "
-                  f"HBM {ph['hbm_gb_per_chip']:9.2f} GB/chip  roofline {ph["roofline_ms"]:10.4g} ms ({ph['bound']})")
+            print(f"    {ph['name']:24s} model {ph['model_tflop']:10.4g} TFLOP  executed {ph['tflop']:10.4g} TFLOP  "
+                  f"HBM {ph['hbm_gb_per_chip']:9.2f} GB/chip  roofline {ph['roofline_ms']:10.4g} ms ({ph['bound']})")
     print(f"RL step (each program x its calls): {r['step_model_tflop']:.0f} model TFLOP, roofline >= "
           f"{r['step_roofline_s']:.2f} s, MFU <= {100 * r['mfu_bound']:.1f}%; compiled in {r['compile_s']:.0f} s")
     print("verdict: " + ("fits" if r["fits"] else "does NOT fit") + f" on {r['accelerator_type']} "
