@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import os
 import re
 
 import jax
@@ -35,16 +36,18 @@ class Chip:
     hbm_bandwidth: float
 
 
-# Cloud TPU system architecture pages, "key specifications" per chip (capacities in the unit each page states):
+# Cloud TPU system architecture pages, "key specifications" per chip:
 #   v4:  https://cloud.google.com/tpu/docs/v4   275 TFLOPs bf16; HBM2 32 GiB, 1200 GBps
 #   v5e: https://cloud.google.com/tpu/docs/v5e  197 TFLOPs bf16; HBM2 16 GB, 819 GBps
 #   v5p: https://cloud.google.com/tpu/docs/v5p  459 TFLOPs bf16; HBM2e 95 GB, 2765 GBps
 #   v6e: https://cloud.google.com/tpu/docs/v6e  918 TFLOPs bf16; HBM 32 GB, 1638 GBps
+# The pages' "GB" of capacity are GiB: libtpu's compiler, refusing a program on v5e, names 15.75G of "available
+# HBM" (16 GiB less its reserve), the unit of its memory messages being GiB.
 CHIPS: dict[str, Chip] = {
     "v4": Chip("v4", 275e12, 32 * GIB, 1200 * GB),
-    "v5e": Chip("v5e", 197e12, 16 * GB, 819 * GB),
-    "v5p": Chip("v5p", 459e12, 95 * GB, 2765 * GB),
-    "v6e": Chip("v6e", 918e12, 32 * GB, 1638 * GB),
+    "v5e": Chip("v5e", 197e12, 16 * GIB, 819 * GB),
+    "v5p": Chip("v5p", 459e12, 95 * GIB, 2765 * GB),
+    "v6e": Chip("v6e", 918e12, 32 * GIB, 1638 * GB),
 }
 # Chips whose gcloud accelerator type counts TensorCores (2 per chip: v5p-64 is 32 chips); v5e / v6e count chips.
 _TWO_CORES_PER_CHIP = ("v4", "v5p")
@@ -86,6 +89,9 @@ def topology_devices(topology: str) -> list:
 
     parse_topology(topology)
     require_libtpu()
+    # libtpu takes /tmp/libtpu_lockfile so that one process owns a host's chips; compiling for a topology touches
+    # no chip, so let several processes (pytest workers, a compile beside a test run) load it at once.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     return list(topologies.get_topology_desc(platform="tpu", topology_name=topology).devices)
 
 

@@ -15,6 +15,7 @@ memory (`parallel.tpu.MemoryUse`), compile time, XLA's FLOP count and the analyt
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 import types
@@ -49,11 +50,16 @@ class Program:
     counted once: a cross-check only), the analytic roofline phases, and how many times one RL step runs it."""
 
     name: str
-    memory: tpu.MemoryUse
+    memory: tpu.MemoryUse | None  # None when the compiler refused it (`error`)
     compile_s: float
     xla_flops: float
     phases: tuple[tpu.Phase, ...]
     calls_per_step: int = 1
+    error: str = ""  # the TPU compiler's RESOURCE_EXHAUSTED message: the program does not fit the chip's HBM
+
+    @property
+    def fits(self) -> bool:
+        return not self.error
 
 
 def without_files(config):
@@ -124,11 +130,22 @@ def critic_batch(batch: learner_lib.LearnerBatch) -> critic_lib.CriticBatch:
                                   returns=batch.advantages)
 
 
-def compile_program(name: str, fn: Callable, args: tuple, phases, calls: int = 1) -> Program:
-    """`fn.lower(*args).compile()` (fn jitted) timed, with its memory and XLA's FLOPs per device."""
+def compile_program(name: str, fn: Callable, args: tuple, phases, calls: int = 1, *, compile: bool = True) -> Program:
+    """`fn.lower(*args).compile()` (fn jitted) timed, with its memory and XLA's FLOPs per device. The TPU compiler
+    refuses a program whose buffers exceed the chip's HBM (RESOURCE_EXHAUSTED, naming the bytes it needs): that
+    message is kept as the program's `error`. `compile=False`: only the analytic phases (memory None)."""
+    if not compile:
+        return Program(name, None, 0.0, 0.0, tuple(phases), calls)
     t0 = time.perf_counter()
-    compiled = fn.lower(*args).compile()
+    try:
+        compiled = fn.lower(*args).compile()
+    except jax.errors.JaxRuntimeError as e:
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        print(f"{name} does not fit: {str(e).splitlines()[0]}", flush=True)
+        return Program(name, None, time.perf_counter() - t0, 0.0, tuple(phases), calls, str(e).splitlines()[0])
     seconds = time.perf_counter() - t0
+    print(f"compiled {name} in {seconds:.0f} s", flush=True)
     cost = compiled.cost_analysis() or {}
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return Program(name, tpu.MemoryUse.of(compiled), seconds, float(cost.get("flops", 0.0)), tuple(phases), calls)
@@ -138,9 +155,11 @@ def rollout_rows(config) -> int:
     return config.rl.num_prompts * config.rl.num_generations
 
 
-def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int) -> list[Program]:
+def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
+                     build: Callable = compile_program) -> list[Program]:
     """The sampler's `generate` (prefill + decode loop) on the sampler mesh over the step's N = prompts x G rows,
-    and, when the sampler has its own layout, the learner -> sampler reshard of the weights."""
+    and, when the sampler has its own layout, the learner -> sampler reshard of the weights; each made a Program
+    by `build` (`compile_program`)."""
     model_cfg, mesh = layout.model_cfg, layout.meshes.sampler
     n = rollout_rows(config)
     sampling_cfg = sampling.SamplingConfig(
@@ -151,19 +170,20 @@ def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int)
     args = (sampler_params, SDS((n, prompt_len), jnp.int32, sharding=rows), SDS((n, prompt_len), jnp.bool_,
             sharding=rows), key_struct(mesh))
     costs = aot_costs.Costs(model_cfg, dict(mesh.shape))
-    out = [compile_program("sampler.generate", layout.generate_program(sampling_cfg), args,
+    out = [build("sampler.generate", layout.generate_program(sampling_cfg), args,
                            costs.generate(n, prompt_len, sampling_cfg.max_new_tokens))]
     if layout.meshes.placement == "colocated":
         reshard = jax.jit(lambda p: p, out_shardings=jax.tree.map(lambda s: s.sharding, sampler_params))
-        out.append(compile_program("weights.learner_to_sampler", reshard, (params,),
+        out.append(build("weights.learner_to_sampler", reshard, (params,),
                                    costs.transfer(params, sampler_params)))
     return out
 
 
-def learner_programs(config, layout: layout_lib.Layout, state, optimizer, critic_opt, prompt_len: int) -> list:
+def learner_programs(config, layout: layout_lib.Layout, state, optimizer, critic_opt, prompt_len: int,
+                     build: Callable = compile_program) -> list:
     """The run's own jitted updates (`build_rl_programs`: the learner step, its critic's, the behaviour pass)
-    compiled on the learner mesh for one minibatch of `N / rl.num_minibatches` rows (the behaviour pass and the
-    critic's values: the whole step's N rows)."""
+    on the learner mesh for one minibatch of `N / rl.num_minibatches` rows (the behaviour pass and the critic's
+    values: the whole step's N rows), each made a Program by `build` (`compile_program`)."""
     rl, model_cfg, mesh = config.rl, layout.model_cfg, layout.meshes.learner
     setup = types.SimpleNamespace(model_cfg=model_cfg, layout=layout)  # all build_rl_programs reads of a Setup
     programs = programs_lib.build_rl_programs(config, setup, optimizer, critic_opt, state=state)
@@ -175,21 +195,21 @@ def learner_programs(config, layout: layout_lib.Layout, state, optimizer, critic
     key = key_struct(mesh)
     out = []
     if critic_opt is not None and config.critic.shared_trunk:
-        out.append(compile_program("learner.shared_trunk_step", programs.shared_trunk_step,
+        out.append(build("learner.shared_trunk_step", programs.shared_trunk_step,
                                    (state, batch, critic_batch(batch), key), costs.learner(lcfg, state, batch), updates))
     else:
-        out.append(compile_program("learner.step", programs.learner_step, (state, batch, key),
+        out.append(build("learner.step", programs.learner_step, (state, batch, key),
                                    costs.learner(lcfg, state, batch), updates))
     if critic_opt is not None and not config.critic.shared_trunk:
         critic_state = state.extra("critic")
-        out.append(compile_program("critic.step", programs.critic_step, (state, critic_batch(batch)),
+        out.append(build("critic.step", programs.critic_step, (state, critic_batch(batch)),
                                    costs.critic(lcfg, critic_state, batch), updates))
-        out.append(compile_program("critic.values", programs.values_fn,
+        out.append(build("critic.values", programs.values_fn,
                                    (critic_state.params, state.params, full.tokens, full.attention_mask),
-                                   costs.forward("values", full)))
+                                   costs.forward("values", full, 0)))
     if programs.behaviour_fn is not None:
-        out.append(compile_program("behaviour.logprobs", programs.behaviour_fn,
-                                   (state.params, full.tokens, full.attention_mask), costs.forward("behaviour", full)))
+        out.append(build("behaviour.logprobs", programs.behaviour_fn,
+                                   (state.params, full.tokens, full.attention_mask), costs.forward("behaviour", full, rl.micro_batch_size)))
     return out
 
 
@@ -207,17 +227,19 @@ def validate(config, meshes: mesh_lib.Meshes) -> None:
             f"config.mesh.data x fsdp = {shards} devices; make it a multiple of {shards}")
 
 
-def compile_run(config, devices, prompt_len: int) -> list[Program]:
+def compile_run(config, devices, prompt_len: int, *, compile: bool = True) -> list[Program]:
     """Every program of one RL step of `config` compiled for `devices` (e.g. `tpu.topology_devices("v5p:4x4x4")`),
-    for prompts of `prompt_len` tokens and `config.sampling.max_new_tokens` completion tokens."""
+    for prompts of `prompt_len` tokens and `config.sampling.max_new_tokens` completion tokens (`compile=False`:
+    their analytic phases only, in seconds)."""
+    build = functools.partial(compile_program, compile=compile)
     model_cfg = model_config(config)
     meshes = mesh_lib.meshes_from_config(config.mesh, devices)
     validate(config, meshes)
     layout = layout_lib.Layout(meshes, model_cfg, rules_lib.logical_axis_rules(config.mesh.shard_params_over_data))
     state, optimizer, critic_opt = abstract_state(config, model_cfg)
     state = sharded(state, layout.state_shardings(state))
-    return (learner_programs(config, layout, state, optimizer, critic_opt, prompt_len)
-            + sampler_programs(config, layout, state.params, prompt_len))
+    return (learner_programs(config, layout, state, optimizer, critic_opt, prompt_len, build)
+            + sampler_programs(config, layout, state.params, prompt_len, build))
 
 
 def step_estimate(programs: list[Program], chip: tpu.Chip, devices: int) -> tuple[float, float]:
@@ -225,3 +247,30 @@ def step_estimate(programs: list[Program], chip: tpu.Chip, devices: int) -> tupl
     seconds = sum(p.calls_per_step * ph.seconds(chip, devices) for p in programs for ph in p.phases)
     model_flops = sum(p.calls_per_step * ph.model_flops for p in programs for ph in p.phases)
     return seconds, model_flops
+
+
+def plan_candidates(config, num_devices: int, model_cfg: models.ModelConfig) -> list[dict]:
+    """The layouts a planner compiles: every (data, fsdp, tensor) with data·fsdp·tensor = num_devices whose tensor
+    size divides the query heads, and whose data·fsdp divides the minibatch rows; x remat "full" / "dots"; x the
+    micro-batch sizes (multiples of data·fsdp dividing the minibatch, from one row per device up to 8) -- as
+    config overrides {"mesh": (d, f, t), "remat": ..., "micro_batch_size": m}."""
+    rows = rollout_rows(config) // config.rl.num_minibatches
+    out = []
+    for tensor in (t for t in range(1, num_devices + 1) if num_devices % t == 0 and model_cfg.num_heads % t == 0):
+        for data in (d for d in range(1, num_devices // tensor + 1) if (num_devices // tensor) % d == 0):
+            shards = num_devices // tensor
+            if rows % shards:
+                continue
+            micro = [shards * k for k in (1, 2, 4, 8) if rows % (shards * k) == 0]
+            out += [dict(mesh=(data, shards // data, tensor), remat=remat, micro_batch_size=m)
+                    for remat in ("full", "dots") for m in micro]
+    return out
+
+
+def with_layout(config, candidate: dict):
+    """`config` with a planner candidate's mesh, remat mode and micro-batch size."""
+    config = config.copy_and_resolve_references()
+    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = candidate["mesh"]
+    config.model.remat = candidate["remat"]
+    config.rl.micro_batch_size = candidate["micro_batch_size"]
+    return config

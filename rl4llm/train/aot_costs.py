@@ -43,14 +43,23 @@ class Costs:
         n = flops_lib.trunk_matmul_params(self.cfg) + flops_lib.unembed_params(self.cfg)
         return n * jnp.dtype(self.cfg.param_dtype).itemsize / self.tensor
 
+    def recompute_flops(self, rows: int, length: int) -> float:
+        """What the backward pass recomputes: "full" the blocks' forward, "dots" (weight matmuls' outputs saved)
+        the attention's q.k and p.v, "none" nothing."""
+        if self.cfg.remat == "full":
+            return flops_lib.trunk_forward_flops(self.cfg, rows, length)
+        if self.cfg.remat == "dots":
+            return flops_lib.attention_flops(self.cfg, rows * length, (length + 1) / 2)
+        return 0.0
+
     def _trained(self, name: str, params, opt_state, rows: int, length: int, logit_tokens: int,
                  micro_batch_size: int) -> list[Phase]:
         """Forward + backward (2x the forward) + rematerialisation of a decoder over `rows` x `length` tokens in
         micro-batches, then the optimizer update of `params` (trained leaves) with `opt_state`."""
         n_micro = rows // (micro_batch_size or rows)
         fwd = flops_lib.sequence_forward_flops(self.cfg, rows, length, logit_tokens)
-        remat = flops_lib.trunk_forward_flops(self.cfg, rows, length) if self.cfg.remat != "none" else 0.0
-        passes = 2 + (remat > 0)
+        remat = self.recompute_flops(rows, length)
+        passes = 2 + (self.cfg.remat == "full")
         grads = per_device_bytes(params)
         return [Phase(f"{name} fwd+bwd", 3 * fwd + remat, 3 * fwd, n_micro * (passes * self.weights_read() + 2 * grads)),
                 Phase(f"{name} optimizer", 0.0, 0.0, 2 * per_device_bytes(opt_state) + 3 * grads)]
@@ -76,11 +85,13 @@ class Costs:
         return self._trained("critic", critic_state.params, critic_state.opt_state, rows, length, 0,
                              lcfg.micro_batch_size)
 
-    def forward(self, name: str, batch) -> list[Phase]:
-        """One forward pass over the batch (log-probs of the completion tokens)."""
+    def forward(self, name: str, batch, micro_batch_size: int) -> list[Phase]:
+        """One forward pass over the batch (log-probs of the completion tokens), the weights streamed once per
+        micro-batch (`train.programs`' behaviour pass runs micro-batches of `rl.micro_batch_size` rows)."""
         rows, length = batch.tokens.shape
+        n_micro = rows // micro_batch_size if micro_batch_size and rows % micro_batch_size == 0 else 1
         fwd = flops_lib.sequence_forward_flops(self.cfg, rows, length, batch.completion_mask.shape[1])
-        return [Phase(f"{name} fwd", fwd, fwd, self.weights_read())]
+        return [Phase(f"{name} fwd", fwd, fwd, n_micro * self.weights_read())]
 
     def kv_cache_read(self, rows: int, slots: int) -> float:
         """Bytes of one chip's KV cache: rows over the batch axes, kv heads over `tensor` where they divide."""
