@@ -90,8 +90,8 @@ def print_report(r: dict, model_cfg, params: float) -> None:
     print(head + "   (GiB per device; compile s on this machine; XLA TFLOP per device, loop bodies once)")
     for p in r["programs"]:
         if p["error"]:
-            print(f"{p['name']:28s} {p['calls_per_step']:5d}   refused by the TPU compiler after {p['compile_s']:.0f} s: "
-                  f"{p['error']}")
+            print(f"{p['name']:28s} {p['calls_per_step']:5d}   refused by the TPU compiler after "
+                  f"{p['compile_s']:.0f} s: {p['error']}")
         else:
             print(f"{p['name']:28s} {p['calls_per_step']:5d} {p['arguments_gib']:7.2f} {p['outputs_gib']:7.2f} "
                   f"{p['aliased_gib']:7.2f} {p['temporaries_gib']:7.2f} {p['peak_gib']:7.2f} "

@@ -33,14 +33,15 @@ def unembed_params(cfg: ModelConfig) -> int:
 
 
 def attention_flops(cfg: ModelConfig, queries: int, keys_seen: float) -> float:
-    """q.k and p.v of `queries` query tokens that each see `keys_seen` keys on average: 4·L·H·D·queries·keys_seen."""
+    """q.k and p.v of `queries` query tokens that each see `keys_seen` keys on average:
+    4·L·H·D·queries·keys_seen."""
     return 4.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * queries * keys_seen
 
 
 def sequence_forward_flops(cfg: ModelConfig, rows: int, length: int, logit_tokens: int) -> float:
     """One cache-free forward pass over `rows` sequences of `length` tokens, logits for `logit_tokens` of each:
-    2·N_trunk·rows·length + causal attention (each query sees (length+1)/2 keys on average) + 2·E·V·rows·logit_tokens.
-    """
+    2·N_trunk·rows·length + causal attention (each query sees (length+1)/2 keys on average)
+    + 2·E·V·rows·logit_tokens."""
     tokens = rows * length
     return (2.0 * trunk_matmul_params(cfg) * tokens + attention_flops(cfg, tokens, (length + 1) / 2)
             + 2.0 * unembed_params(cfg) * rows * logit_tokens)

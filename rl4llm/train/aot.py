@@ -130,7 +130,8 @@ def critic_batch(batch: learner_lib.LearnerBatch) -> critic_lib.CriticBatch:
                                   returns=batch.advantages)
 
 
-def compile_program(name: str, fn: Callable, args: tuple, phases, calls: int = 1, *, compile: bool = True) -> Program:
+def compile_program(name: str, fn: Callable, args: tuple, phases, calls: int = 1, *,
+                    compile: bool = True) -> Program:
     """`fn.lower(*args).compile()` (fn jitted) timed, with its memory and XLA's FLOPs per device. The TPU compiler
     refuses a program whose buffers exceed the chip's HBM (RESOURCE_EXHAUSTED, naming the bytes it needs): that
     message is kept as the program's `error`. `compile=False`: only the analytic phases (memory None)."""
@@ -171,11 +172,10 @@ def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
             sharding=rows), key_struct(mesh))
     costs = aot_costs.Costs(model_cfg, dict(mesh.shape))
     out = [build("sampler.generate", layout.generate_program(sampling_cfg), args,
-                           costs.generate(n, prompt_len, sampling_cfg.max_new_tokens))]
+                 costs.generate(n, prompt_len, sampling_cfg.max_new_tokens))]
     if layout.meshes.placement == "colocated":
         reshard = jax.jit(lambda p: p, out_shardings=jax.tree.map(lambda s: s.sharding, sampler_params))
-        out.append(build("weights.learner_to_sampler", reshard, (params,),
-                                   costs.transfer(params, sampler_params)))
+        out.append(build("weights.learner_to_sampler", reshard, (params,), costs.transfer(params, sampler_params)))
     return out
 
 
@@ -196,20 +196,21 @@ def learner_programs(config, layout: layout_lib.Layout, state, optimizer, critic
     out = []
     if critic_opt is not None and config.critic.shared_trunk:
         out.append(build("learner.shared_trunk_step", programs.shared_trunk_step,
-                                   (state, batch, critic_batch(batch), key), costs.learner(lcfg, state, batch), updates))
+                         (state, batch, critic_batch(batch), key), costs.learner(lcfg, state, batch), updates))
     else:
         out.append(build("learner.step", programs.learner_step, (state, batch, key),
-                                   costs.learner(lcfg, state, batch), updates))
+                         costs.learner(lcfg, state, batch), updates))
     if critic_opt is not None and not config.critic.shared_trunk:
         critic_state = state.extra("critic")
         out.append(build("critic.step", programs.critic_step, (state, critic_batch(batch)),
-                                   costs.critic(lcfg, critic_state, batch), updates))
+                         costs.critic(lcfg, critic_state, batch), updates))
         out.append(build("critic.values", programs.values_fn,
-                                   (critic_state.params, state.params, full.tokens, full.attention_mask),
-                                   costs.forward("values", full, 0)))
+                         (critic_state.params, state.params, full.tokens, full.attention_mask),
+                         costs.forward("values", full, 0)))
     if programs.behaviour_fn is not None:
         out.append(build("behaviour.logprobs", programs.behaviour_fn,
-                                   (state.params, full.tokens, full.attention_mask), costs.forward("behaviour", full, rl.micro_batch_size)))
+                         (state.params, full.tokens, full.attention_mask),
+                         costs.forward("behaviour", full, rl.micro_batch_size)))
     return out
 
 

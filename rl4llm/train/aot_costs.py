@@ -61,7 +61,8 @@ class Costs:
         remat = self.recompute_flops(rows, length)
         passes = 2 + (self.cfg.remat == "full")
         grads = per_device_bytes(params)
-        return [Phase(f"{name} fwd+bwd", 3 * fwd + remat, 3 * fwd, n_micro * (passes * self.weights_read() + 2 * grads)),
+        streamed = n_micro * (passes * self.weights_read() + 2 * grads)
+        return [Phase(f"{name} fwd+bwd", 3 * fwd + remat, 3 * fwd, streamed),
                 Phase(f"{name} optimizer", 0.0, 0.0, 2 * per_device_bytes(opt_state) + 3 * grads)]
 
     def learner(self, lcfg, state, batch) -> list[Phase]:
