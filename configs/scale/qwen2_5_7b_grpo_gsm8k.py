@@ -15,7 +15,10 @@ def get_config():
             python -m experiments.train --config=configs/scale/qwen2_5_7b_grpo_gsm8k.py --workdir=/mnt/shared/q7 \\
             --config.distributed.initialize=True"
 
-    Measured: see the README, "Scaling out".
+    Measured with that command (commit 9f9fe6f, per chip, of v5p's 95 GiB): learner step peak 10.80 GiB (arguments
+    3.55: params, Adam moments and the KL reference over 32 chips; temporaries 7.14), behaviour pass 2.27 GiB,
+    sampler (all 5,120 rows) 32.21 GiB (30.82 temporaries, mostly the KV cache). Roofline: >= 62.9 s per RL step,
+    MFU <= 72% (decode, memory-bound: 15.7 s). Compiled in 787 s on a loaded 2-core CPU (7.6 GB peak RSS).
     """
     c = qwen2_5_1_5b_grpo_gsm8k.get_config()
     c.model.preset = "qwen2.5-7b"
