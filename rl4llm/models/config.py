@@ -134,6 +134,25 @@ PRESETS: dict[str, ModelConfig] = {
                                num_kv_heads=8, head_dim=64, intermediate_size=8192,
                                rope_theta=500000.0, rms_norm_eps=1e-5, qkv_bias=False,
                                rope_scaling=Llama3RopeScaling(32.0, 1.0, 4.0, 8192)),
+    # Real-scale shapes (the checkpoints' config.json: Qwen/Qwen2.5-{1.5B,7B,32B}, meta-llama/Llama-3.1-{8B,70B}),
+    # for ahead-of-time compilation and memory planning (experiments/compile_for_tpu.py, configs/scale/).
+    "qwen2.5-1.5b": ModelConfig(vocab_size=151936, hidden_size=1536, num_layers=28, num_heads=12,
+                                num_kv_heads=2, head_dim=128, intermediate_size=8960,
+                                rope_theta=1e6, rms_norm_eps=1e-6),
+    "qwen2.5-7b": ModelConfig(vocab_size=152064, hidden_size=3584, num_layers=28, num_heads=28,
+                              num_kv_heads=4, head_dim=128, intermediate_size=18944,
+                              rope_theta=1e6, rms_norm_eps=1e-6, tie_embeddings=False),
+    "qwen2.5-32b": ModelConfig(vocab_size=152064, hidden_size=5120, num_layers=64, num_heads=40,
+                               num_kv_heads=8, head_dim=128, intermediate_size=27648,
+                               rope_theta=1e6, rms_norm_eps=1e-5, tie_embeddings=False),
+    "llama3.1-8b": ModelConfig(vocab_size=128256, hidden_size=4096, num_layers=32, num_heads=32,
+                               num_kv_heads=8, head_dim=128, intermediate_size=14336,
+                               rope_theta=500000.0, rms_norm_eps=1e-5, qkv_bias=False, tie_embeddings=False,
+                               rope_scaling=Llama3RopeScaling(8.0, 1.0, 4.0, 8192)),
+    "llama3.1-70b": ModelConfig(vocab_size=128256, hidden_size=8192, num_layers=80, num_heads=64,
+                                num_kv_heads=8, head_dim=128, intermediate_size=28672,
+                                rope_theta=500000.0, rms_norm_eps=1e-5, qkv_bias=False, tie_embeddings=False,
+                                rope_scaling=Llama3RopeScaling(8.0, 1.0, 4.0, 8192)),
 }
 
 

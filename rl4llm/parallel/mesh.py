@@ -58,14 +58,17 @@ def mesh_shape(sizes: Mapping[str, int], num_devices: int, *, field: str = "conf
     return shape
 
 
-def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device]) -> Mesh:
+def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device], *, whole_slice: bool | None = None) -> Mesh:
     """A (data, fsdp, tensor) mesh of `devices` (Auto axes: the compiler places activations).
 
-    On TPU/GPU `jax.make_mesh` orders the devices by the interconnect topology (for all devices of the
-    platform); a subset (disaggregated placement) is laid out in the given order.
+    On TPU/GPU `jax.make_mesh` orders the devices by the interconnect topology when they are a whole slice
+    (`whole_slice`; default: all devices of the platform, or a TPU topology's compile-only devices,
+    `parallel.tpu.topology_devices`); a subset (disaggregated placement) is laid out in the given order.
     """
     types = (AxisType.Auto,) * len(MESH_AXES)
-    if len(devices) == jax.device_count():
+    if whole_slice is None:
+        whole_slice = len(devices) == jax.device_count()
+    if whole_slice:
         return jax.make_mesh(tuple(shape), MESH_AXES, axis_types=types, devices=devices)
     return Mesh(np.asarray(devices).reshape(shape), MESH_AXES, axis_types=types)
 
@@ -99,8 +102,9 @@ def meshes_from_config(mesh_cfg, devices: Sequence[jax.Device] | None = None) ->
         learner_devices, sampler_devices = devices[: len(devices) - k], devices[len(devices) - k :]
     else:
         learner_devices = sampler_devices = devices
-    learner = make_mesh(mesh_shape(mesh_cfg, len(learner_devices)), learner_devices)
+    whole = placement != "disaggregated"
+    learner = make_mesh(mesh_shape(mesh_cfg, len(learner_devices)), learner_devices, whole_slice=whole)
     if placement == "shared":
         return Meshes(learner, learner, placement)
     shape = mesh_shape(mesh_cfg, len(sampler_devices), field="config.mesh.sampler_")
-    return Meshes(learner, make_mesh(shape, sampler_devices), placement)
+    return Meshes(learner, make_mesh(shape, sampler_devices, whole_slice=whole), placement)

@@ -3,6 +3,7 @@ forward pass when a step needs one (`needs_behaviour_pass`), and the companions'
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Any, Callable
@@ -13,6 +14,7 @@ from rl4llm.config import validation as config_lib
 from rl4llm.rl import registry
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
+from rl4llm.train import optim
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import epo as epo_lib
 from rl4llm.train.companions import prime as prime_lib
@@ -64,6 +66,19 @@ class RLPrograms:
     prm_step: Callable | None = None
 
 
+def _micro_batched(fn: Callable, micro_batch_size: int, mesh, params, tokens, attention_mask):
+    """`fn(params, tokens, attention_mask)` over micro-batches of `micro_batch_size` rows (`lax.map`; the whole
+    batch when 0 or when it does not divide the rows), under the learner mesh (rows of the activations kept over
+    its batch axes), so a forward pass over a whole step's rows holds one micro-batch's activations, as the learner
+    step does (compiled for TPU, the whole 5,120-row batch of configs/scale/qwen2_5_1_5b_grpo_gsm8k.py asked for
+    266 GiB per chip). -> fn's outputs, leaves [N, ...]."""
+    m = micro_batch_size if micro_batch_size and tokens.shape[0] % micro_batch_size == 0 else tokens.shape[0]
+    xs = optim.split_microbatches((tokens, attention_mask), m)
+    with contextlib.nullcontext() if mesh is None else jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        out = jax.lax.map(lambda x: fn(params, *x), xs)
+    return jax.tree.map(lambda y: y.reshape((-1,) + y.shape[2:]), out)
+
+
 def needs_behaviour_pass(config) -> bool:
     """Whether an RL step needs a forward pass of the rollout policy before learning: old log-probs
     (several updates per step), entropies (forking-token mask), Lp-Reg proxy log-probs, or the
@@ -86,17 +101,17 @@ def build_rl_programs(config, setup, optimizer, critic_optimizer=None, prm_optim
     behaviour_fn = None
     if needs_behaviour_pass(config):
         min_p = config.rl.proxy_min_p if "proxy_logp" in registry.policy_loss_inputs(config.rl.loss) else None
-        behaviour_fn = jax.jit(
-            functools.partial(
-                logprobs_lib.completion_logprobs,
-                setup.model_cfg,
-                completion_len=config.sampling.max_new_tokens,
-                temperature=lcfg.temperature,
-                chunk_size=lcfg.logprob_chunk_size,
-                vocab_chunk_size=lcfg.logprob_vocab_chunk_size or None,
-                min_p=min_p,
-            )
+        logprobs = functools.partial(
+            logprobs_lib.completion_logprobs,
+            setup.model_cfg,
+            completion_len=config.sampling.max_new_tokens,
+            temperature=lcfg.temperature,
+            chunk_size=lcfg.logprob_chunk_size,
+            vocab_chunk_size=lcfg.logprob_vocab_chunk_size or None,
+            min_p=min_p,
         )
+        behaviour_fn = jax.jit(functools.partial(_micro_batched, logprobs, lcfg.micro_batch_size,
+                                                 setup.layout.meshes.learner if setup.layout else None))
     extra_programs = {}  # programs of the critic or the implicit PRM
     if critic_optimizer is not None:
         ccfg = critic_lib.critic_config(config)

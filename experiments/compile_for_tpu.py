@@ -1,0 +1,169 @@
+r"""Compile a recipe's programs for a Cloud TPU slice on a machine without one, and plan its memory.
+
+    pip install -e ".[tpu]"     # libtpu: the TPU compiler, run here on the CPU
+    python -m experiments.compile_for_tpu --config=configs/scale/qwen2_5_7b_grpo_gsm8k.py --topology=v5p:4x4x4
+    python -m experiments.compile_for_tpu --config=configs/grpo.py --config.model.preset=tiny --topology=v5e:2x2 \
+        --mesh=1,4,1
+
+Builds the run's TrainState abstractly (jax.eval_shape: no weight is materialised), places it on the config's mesh
+over the slice's compile-only devices with the logical-axis rules, and compiles every program of one RL step for that
+slice (rl4llm.train.aot: the learner step with the recipe's loss, KL reference and critic; the behaviour pass; the
+sampler's prefill + decode loop; the learner -> sampler reshard). Prints per program the per-chip HBM (XLA's memory
+analysis: arguments, outputs, temporaries, peak) against the chip's, the compile time on this machine, XLA's FLOP
+count (loop bodies counted once: a cross-check) and per phase the analytic FLOPs, HBM bytes and roofline time; then
+the RL step's roofline estimate, the MFU it allows and the verdict. `--json_out` writes the same as JSON.
+
+    python -m experiments.compile_for_tpu --config=configs/scale/qwen2_5_7b_grpo_gsm8k.py --topology=v5p:2x4x4 --plan
+
+searches the layouts (mesh data x fsdp x tensor, remat full / dots, micro-batch size): ranks all of them by their
+roofline step time (analytic, no compile), compiles them fastest first and reports the first that fits.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import sys
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+_CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+config_flags.DEFINE_config_file(
+    "config", os.path.join(_CONFIG_DIR, "default.py"), "Run config (ml_collections).", lock_config=True
+)
+_TOPOLOGY = flags.DEFINE_string("topology", None, "TPU slice, <chip>:<grid>: v5e:4x4, v5p:4x4x4, v6e:8x8, v4:2x2x2.",
+                                required=True)
+_MESH = flags.DEFINE_string("mesh", "", "data,fsdp,tensor sizes (one may be -1); default: the config's mesh.")
+_PROMPT_LEN = flags.DEFINE_integer("prompt_len", 0, "Prompt tokens per row; 0: config.sampling.prompt_bucket.")
+_JSON_OUT = flags.DEFINE_string("json_out", "", "Also write the report as JSON to this path.")
+_PLAN = flags.DEFINE_bool("plan", False, "Search mesh (data x fsdp x tensor), remat and micro-batch size: rank every "
+                          "layout by its roofline step time, compile them fastest first, report the first that fits.")
+_PLAN_COMPILES = flags.DEFINE_integer("plan_compiles", 4, "--plan: most layouts compiled before giving up.")
+
+GIB = 2**30
+
+
+def apply_mesh(config, mesh: str) -> None:
+    """--mesh=D,F,T into config.mesh.{data,fsdp,tensor}."""
+    if mesh:
+        sizes = [int(v) for v in mesh.split(",")]
+        if len(sizes) != 3:
+            raise app.UsageError(f"--mesh={mesh!r}: expected data,fsdp,tensor, e.g. 1,-1,1")
+        config.mesh.data, config.mesh.fsdp, config.mesh.tensor = sizes
+
+
+def report(config, topology: str, programs, chip, devices: int) -> dict:
+    """The compile's findings as a dict (what is printed and written with --json_out)."""
+    from rl4llm.parallel import tpu
+    from rl4llm.train import aot
+
+    seconds, model_flops = aot.step_estimate(programs, chip, devices)
+    rows = []
+    for p in programs:
+        phases = [dict(name=ph.name, model_tflop=ph.model_flops / 1e12, tflop=ph.flops / 1e12,
+                       hbm_gb_per_chip=ph.hbm_bytes_per_chip / 1e9, roofline_ms=1e3 * ph.seconds(chip, devices),
+                       bound=ph.bound(chip, devices)) for ph in p.phases]
+        memory = {} if p.memory is None else {f"{k}_gib": v / GIB for k, v in dataclasses.asdict(p.memory).items()}
+        rows.append(dict(name=p.name, calls_per_step=p.calls_per_step, compile_s=p.compile_s,
+                         xla_tflop_per_device=p.xla_flops / 1e12, error=p.error,
+                         fits=p.fits and tpu.fits(p.memory, chip), **memory,
+                         peak_gib=None if p.memory is None else p.memory.peak / GIB, phases=phases))
+    return dict(topology=topology, accelerator_type=tpu.accelerator_type(topology), devices=devices,
+                chip=dataclasses.asdict(chip), mesh=[config.mesh.data, config.mesh.fsdp, config.mesh.tensor],
+                programs=rows, fits=all(r["fits"] for r in rows), step_roofline_s=seconds,
+                step_model_tflop=model_flops / 1e12,
+                mfu_bound=tpu.mfu(model_flops, seconds, chip, devices),
+                compile_s=sum(p.compile_s for p in programs))
+
+
+def print_report(r: dict, model_cfg, params: float) -> None:
+    chip = r["chip"]
+    print(f"\n{r['topology']} ({r['accelerator_type']}, {r['devices']} devices; HBM {chip['hbm_bytes'] / GIB:.1f} GiB, "
+          f"{chip['peak_flops'] / 1e12:.0f} TFLOP/s bf16, {chip['hbm_bandwidth'] / 1e9:.0f} GB/s per device); "
+          f"mesh data,fsdp,tensor = {','.join(map(str, r['mesh']))}")
+    print(f"model: {params / 1e9:.2f}B params, {model_cfg.num_layers} layers, param dtype {model_cfg.param_dtype}, "
+          f"compute {model_cfg.dtype}, remat {model_cfg.remat}")
+    head = (f"{'program':28s} {'calls':>5s} {'args':>7s} {'out':>7s} {'alias':>7s} {'temp':>7s} {'peak':>7s} "
+            f"{'fits':>5s} {'compile':>8s} {'XLA TF':>8s}")
+    print(head + "   (GiB per device; compile s on this machine; XLA TFLOP per device, loop bodies once)")
+    for p in r["programs"]:
+        if p["error"]:
+            print(f"{p['name']:28s} {p['calls_per_step']:5d}   refused by the TPU compiler after "
+                  f"{p['compile_s']:.0f} s: {p['error']}")
+        else:
+            print(f"{p['name']:28s} {p['calls_per_step']:5d} {p['arguments_gib']:7.2f} {p['outputs_gib']:7.2f} "
+                  f"{p['aliased_gib']:7.2f} {p['temporaries_gib']:7.2f} {p['peak_gib']:7.2f} "
+                  f"{'yes' if p['fits'] else 'NO':>5s} {p['compile_s']:8.1f} {p['xla_tflop_per_device']:8.3f}")
+        for ph in p["phases"]:
+            print(f"    {ph['name']:24s} model {ph['model_tflop']:10.4g} TFLOP  executed {ph['tflop']:10.4g} TFLOP  "
+                  f"HBM {ph['hbm_gb_per_chip']:9.2f} GB/chip  roofline {ph['roofline_ms']:10.4g} ms ({ph['bound']})")
+    print(f"RL step (each program x its calls): {r['step_model_tflop']:.0f} model TFLOP, roofline >= "
+          f"{r['step_roofline_s']:.2f} s, MFU <= {100 * r['mfu_bound']:.1f}%; compiled in {r['compile_s']:.0f} s")
+    peaks = [p["peak_gib"] for p in r["programs"] if p["peak_gib"] is not None]
+    print("verdict: " + ("fits" if r["fits"] else "does NOT fit") + f" on {r['accelerator_type']} "
+          f"(largest compiled peak {max(peaks, default=0):.2f} GiB of {chip['hbm_bytes'] / GIB:.1f} GiB per device)")
+
+
+def plan(config, topology: str, devices, chip, prompt_len: int, model_cfg):
+    """The fastest-by-roofline layout that fits: every candidate (`aot.plan_candidates`) ranked by its analytic step
+    time, then compiled in that order until one fits (at most --plan_compiles). -> (config, programs) or None."""
+    from rl4llm.train import aot
+
+    ranked = []
+    for candidate in aot.plan_candidates(config, len(devices), model_cfg):
+        seconds, _ = aot.step_estimate(aot.compile_run(aot.with_layout(config, candidate), devices, prompt_len,
+                                                       compile=False), chip, len(devices))
+        ranked.append((seconds, candidate))
+    ranked.sort(key=lambda x: x[0])
+    print(f"{len(ranked)} layouts on {topology}; fastest by roofline first:")
+    for seconds, candidate in ranked[:10]:
+        print(f"  {seconds:9.2f} s  {candidate}")
+    for seconds, candidate in ranked[:_PLAN_COMPILES.value]:
+        trial = aot.with_layout(config, candidate)
+        programs = aot.compile_run(trial, devices, prompt_len)
+        peak = max((p.memory.peak for p in programs if p.memory is not None), default=0)
+        ok = all(p.fits for p in programs) and peak <= chip.hbm_bytes
+        print(f"compiled {candidate}: {'fits' if ok else 'does not fit'} (largest peak {peak / GIB:.2f} GiB)")
+        if ok:
+            return trial, programs
+    return None
+
+
+def main(argv):
+    del argv
+    import jax
+
+    from rl4llm import models
+    from rl4llm.parallel import tpu
+    from rl4llm.train import aot
+
+    config = flags.FLAGS.config
+    apply_mesh(config, _MESH.value)
+    chip, _ = tpu.parse_topology(_TOPOLOGY.value)
+    devices = tpu.topology_devices(_TOPOLOGY.value)
+    chip = tpu.per_device(chip, _TOPOLOGY.value, len(devices))
+    model_cfg = aot.model_config(config)
+    params = sum(math.prod(x.shape) for x in jax.tree.leaves(jax.eval_shape(models.init_params, model_cfg,
+                                                                             jax.random.key(0))))
+    prompt_len = _PROMPT_LEN.value or config.sampling.prompt_bucket
+    if _PLAN.value:
+        found = plan(config, _TOPOLOGY.value, devices, chip, prompt_len, model_cfg)
+        if found is None:
+            sys.exit(f"no layout of the {_PLAN_COMPILES.value} fastest fits {_TOPOLOGY.value}")
+        config, programs = found
+        print(f"best layout: --mesh={config.mesh.data},{config.mesh.fsdp},{config.mesh.tensor} "
+              f"--config.model.remat={config.model.remat} --config.rl.micro_batch_size={config.rl.micro_batch_size}")
+    else:
+        programs = aot.compile_run(config, devices, prompt_len)
+    r = report(config, _TOPOLOGY.value, programs, chip, len(devices))
+    print_report(r, model_cfg, params)
+    if _JSON_OUT.value:
+        with open(_JSON_OUT.value, "w", encoding="utf-8") as f:
+            json.dump(r, f, indent=2)
+    sys.exit(0 if r["fits"] else 1)
+
+
+if __name__ == "__main__":
+    app.run(main)

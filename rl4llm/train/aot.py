@@ -1,0 +1,277 @@
+"""Ahead-of-time compilation of an RL run's programs for devices this machine does not have (a Cloud TPU slice,
+`parallel.tpu.topology_devices`), with no weights in memory.
+
+`compile_run(config, devices, prompt_len)` builds what `train.loop.run_rl` builds, but abstract: the TrainState by
+`jax.eval_shape` of the run's own initialisers (policy, optimizer state, KL reference, critic), its NamedShardings
+from the logical-axis rules on the config's mesh over `devices` (`parallel.layout.Layout`), and the run's own
+programs (`train.programs.build_rl_programs`: the learner step with its loss, KL reference and critic; the
+behaviour pass) plus the sampler's `generate` (prefill into a KV cache, then the decode loop) on the sampler mesh
+and, when the sampler has its own layout, the learner -> sampler weight reshard. Each is lowered on
+ShapeDtypeStructs of the shapes one RL step feeds it and compiled for those devices; `Program` keeps its compiled
+memory (`parallel.tpu.MemoryUse`), compile time, XLA's FLOP count and the analytic phases of its roofline
+(`train.aot_costs`). PRIME's implicit PRM and agent (multi-turn) runs are not covered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+import types
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from rl4llm import models
+from rl4llm import sampling
+from rl4llm import config as config_lib
+from rl4llm.parallel import layout as layout_lib
+from rl4llm.parallel import mesh as mesh_lib
+from rl4llm.parallel import rules as rules_lib
+from rl4llm.parallel import tpu
+from rl4llm.rl import registry
+from rl4llm.train import aot_costs
+from rl4llm.train import learner as learner_lib
+from rl4llm.train import loop
+from rl4llm.train import programs as programs_lib
+from rl4llm.train import setup as setup_lib
+from rl4llm.train import state as state_lib
+from rl4llm.train.companions import critic as critic_lib
+from rl4llm.train.companions import prime as prime_lib
+
+SDS = jax.ShapeDtypeStruct
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """One compiled program of the run: per-device memory, compile seconds, XLA's FLOPs per device (loop bodies
+    counted once: a cross-check only), the analytic roofline phases, and how many times one RL step runs it."""
+
+    name: str
+    memory: tpu.MemoryUse | None  # None when the compiler refused it (`error`)
+    compile_s: float
+    xla_flops: float
+    phases: tuple[tpu.Phase, ...]
+    calls_per_step: int = 1
+    error: str = ""  # the TPU compiler's RESOURCE_EXHAUSTED message: the program does not fit the chip's HBM
+
+    @property
+    def fits(self) -> bool:
+        return not self.error
+
+
+def without_files(config):
+    """A copy of `config` that reads nothing from disk: no HF checkpoint (its preset's shapes), no critic
+    checkpoint. Where the checkpoint directory exists, `model_config` reads its config.json first."""
+    config = config.copy_and_resolve_references()
+    config.model.hf_checkpoint = ""
+    config.critic.checkpoint = ""
+    return config
+
+
+def model_config(config) -> models.ModelConfig:
+    """The policy's ModelConfig as the run builds it (`setup.model_config`): the HF checkpoint's config.json when
+    that directory exists, else the preset with its own vocabulary (no tokenizer is built here)."""
+    hf = config.model.hf_checkpoint
+    if hf and os.path.exists(os.path.join(hf, "config.json")):
+        return setup_lib.model_config(config, 0)
+    return setup_lib.model_config(without_files(config), models.PRESETS[config.model.preset].vocab_size)
+
+
+def abstract_state(config, model_cfg: models.ModelConfig):
+    """(TrainState of ShapeDtypeStructs, optimizer, critic optimizer or None) of the run's RL stage: `jax.eval_shape`
+    of the run's initialisers (`setup.initial_params`, `state.init_rl_state`), so no weight is materialised."""
+    if prime_lib.enabled(config):
+        raise NotImplementedError("PRIME's implicit PRM is not covered by ahead-of-time compilation yet.")
+    optimizer = loop.rl_optimizer(config)
+    critic_opt = critic_lib.make_critic_optimizer(config) if critic_lib.enabled(config) else None
+    local = without_files(config)
+
+    def init(key):
+        params = setup_lib.initial_params(local, model_cfg, key)
+        critic = None if critic_opt is None else critic_lib.init_critic_state(local, model_cfg, params, critic_opt)
+        return state_lib.init_rl_state(local, params, optimizer, key, critic)
+
+    return jax.eval_shape(init, jax.random.key(config.seed)), optimizer, critic_opt
+
+
+def sharded(tree: Any, shardings: Any) -> Any:
+    """`tree`'s leaves as ShapeDtypeStructs carrying the matching NamedSharding of `shardings`."""
+    return jax.tree.map(lambda x, s: SDS(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def key_struct(mesh) -> SDS:
+    """A replicated typed PRNG key (the learner step's and the sampler's key argument)."""
+    return SDS((), jax.random.key(0).dtype, sharding=rules_lib.replicated(mesh))
+
+
+def learner_batch(config, rows: int, prompt_len: int, sharding) -> learner_lib.LearnerBatch:
+    """The LearnerBatch of one update as `train.single_turn.learner_batch` fills it, as ShapeDtypeStructs with
+    their rows over the batch axes."""
+    rl, t = config.rl, config.sampling.max_new_tokens
+    f32 = lambda shape: SDS(shape, jnp.float32, sharding=sharding)  # noqa: E731
+    tokens = SDS((rows, prompt_len + t), jnp.int32, sharding=sharding)
+    loss_inputs = registry.policy_loss_inputs(rl.loss)
+    return learner_lib.LearnerBatch(
+        tokens=tokens, attention_mask=tokens, completion_mask=f32((rows, t)), advantages=f32((rows, t)),
+        old_logp=f32((rows, t)), sampler_logp=f32((rows, t)),
+        token_weights=f32((rows, t)) if rl.token_selection == "high_entropy" else None,
+        proxy_logp=f32((rows, t)) if "proxy_logp" in loss_inputs else None,
+        target_advantages=f32((rows,)) if "target_advantages" in loss_inputs else None,
+    )
+
+
+def critic_batch(batch: learner_lib.LearnerBatch) -> critic_lib.CriticBatch:
+    """The CriticBatch of the same rows (values and returns [N, T])."""
+    return critic_lib.CriticBatch(tokens=batch.tokens, attention_mask=batch.attention_mask,
+                                  completion_mask=batch.completion_mask, old_values=batch.advantages,
+                                  returns=batch.advantages)
+
+
+def compile_program(name: str, fn: Callable, args: tuple, phases, calls: int = 1, *,
+                    compile: bool = True) -> Program:
+    """`fn.lower(*args).compile()` (fn jitted) timed, with its memory and XLA's FLOPs per device. The TPU compiler
+    refuses a program whose buffers exceed the chip's HBM (RESOURCE_EXHAUSTED, naming the bytes it needs): that
+    message is kept as the program's `error`. `compile=False`: only the analytic phases (memory None)."""
+    if not compile:
+        return Program(name, None, 0.0, 0.0, tuple(phases), calls)
+    t0 = time.perf_counter()
+    try:
+        compiled = fn.lower(*args).compile()
+    except jax.errors.JaxRuntimeError as e:
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        print(f"{name} does not fit: {str(e).splitlines()[0]}", flush=True)
+        return Program(name, None, time.perf_counter() - t0, 0.0, tuple(phases), calls, str(e).splitlines()[0])
+    seconds = time.perf_counter() - t0
+    print(f"compiled {name} in {seconds:.0f} s", flush=True)
+    cost = compiled.cost_analysis() or {}
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return Program(name, tpu.MemoryUse.of(compiled), seconds, float(cost.get("flops", 0.0)), tuple(phases), calls)
+
+
+def rollout_rows(config) -> int:
+    return config.rl.num_prompts * config.rl.num_generations
+
+
+def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
+                     build: Callable = compile_program) -> list[Program]:
+    """The sampler's `generate` (prefill + decode loop) on the sampler mesh over the step's N = prompts x G rows,
+    and, when the sampler has its own layout, the learner -> sampler reshard of the weights; each made a Program
+    by `build` (`compile_program`)."""
+    model_cfg, mesh = layout.model_cfg, layout.meshes.sampler
+    n = rollout_rows(config)
+    sampling_cfg = sampling.SamplingConfig(
+        max_new_tokens=config.sampling.max_new_tokens, temperature=config.sampling.temperature,
+        top_k=config.sampling.top_k, top_p=config.sampling.top_p, stop_token_ids=(0,), pad_id=0)
+    rows = layout.sampler_batch if n % layout.sampler_batch.num_devices == 0 else rules_lib.replicated(mesh)
+    sampler_params = sharded(params, rules_lib.tree_shardings(mesh, params, model_cfg, layout.rules))
+    args = (sampler_params, SDS((n, prompt_len), jnp.int32, sharding=rows), SDS((n, prompt_len), jnp.bool_,
+            sharding=rows), key_struct(mesh))
+    costs = aot_costs.Costs(model_cfg, dict(mesh.shape))
+    out = [build("sampler.generate", layout.generate_program(sampling_cfg), args,
+                 costs.generate(n, prompt_len, sampling_cfg.max_new_tokens))]
+    if layout.meshes.placement == "colocated":
+        reshard = jax.jit(lambda p: p, out_shardings=jax.tree.map(lambda s: s.sharding, sampler_params))
+        out.append(build("weights.learner_to_sampler", reshard, (params,), costs.transfer(params, sampler_params)))
+    return out
+
+
+def learner_programs(config, layout: layout_lib.Layout, state, optimizer, critic_opt, prompt_len: int,
+                     build: Callable = compile_program) -> list:
+    """The run's own jitted updates (`build_rl_programs`: the learner step, its critic's, the behaviour pass)
+    on the learner mesh for one minibatch of `N / rl.num_minibatches` rows (the behaviour pass and the critic's
+    values: the whole step's N rows), each made a Program by `build` (`compile_program`)."""
+    rl, model_cfg, mesh = config.rl, layout.model_cfg, layout.meshes.learner
+    setup = types.SimpleNamespace(model_cfg=model_cfg, layout=layout)  # all build_rl_programs reads of a Setup
+    programs = programs_lib.build_rl_programs(config, setup, optimizer, critic_opt, state=state)
+    n, updates = rollout_rows(config), rl.ppo_epochs * rl.num_minibatches
+    batch = learner_batch(config, n // rl.num_minibatches, prompt_len, layout.learner_batch)
+    full = learner_batch(config, n, prompt_len, layout.learner_batch)
+    costs = aot_costs.Costs(model_cfg, dict(mesh.shape))
+    lcfg = programs_lib.learner_config(config)
+    key = key_struct(mesh)
+    out = []
+    if critic_opt is not None and config.critic.shared_trunk:
+        out.append(build("learner.shared_trunk_step", programs.shared_trunk_step,
+                         (state, batch, critic_batch(batch), key), costs.learner(lcfg, state, batch), updates))
+    else:
+        out.append(build("learner.step", programs.learner_step, (state, batch, key),
+                         costs.learner(lcfg, state, batch), updates))
+    if critic_opt is not None and not config.critic.shared_trunk:
+        critic_state = state.extra("critic")
+        out.append(build("critic.step", programs.critic_step, (state, critic_batch(batch)),
+                         costs.critic(lcfg, critic_state, batch), updates))
+        out.append(build("critic.values", programs.values_fn,
+                         (critic_state.params, state.params, full.tokens, full.attention_mask),
+                         costs.forward("values", full, 0)))
+    if programs.behaviour_fn is not None:
+        out.append(build("behaviour.logprobs", programs.behaviour_fn,
+                         (state.params, full.tokens, full.attention_mask),
+                         costs.forward("behaviour", full, rl.micro_batch_size)))
+    return out
+
+
+def validate(config, meshes: mesh_lib.Meshes) -> None:
+    """`config.validate` of everything but the mesh (which it checks against this machine's devices), then the
+    mesh's own check against the slice: the learner's minibatch rows split evenly over its data x fsdp axes."""
+    local = without_files(config)
+    local.mesh.data, local.mesh.fsdp, local.mesh.tensor, local.mesh.sampler = -1, 1, 1, "shared"
+    config_lib.validate(local)
+    shards = meshes.learner.shape["data"] * meshes.learner.shape["fsdp"]
+    rows = rollout_rows(config) // config.rl.num_minibatches
+    if rows % shards:
+        raise config_lib.ConfigError(
+            f"config.rl.num_prompts*num_generations/num_minibatches={rows}: the learner splits batch rows over "
+            f"config.mesh.data x fsdp = {shards} devices; make it a multiple of {shards}")
+
+
+def compile_run(config, devices, prompt_len: int, *, compile: bool = True) -> list[Program]:
+    """Every program of one RL step of `config` compiled for `devices` (e.g. `tpu.topology_devices("v5p:4x4x4")`),
+    for prompts of `prompt_len` tokens and `config.sampling.max_new_tokens` completion tokens (`compile=False`:
+    their analytic phases only, in seconds)."""
+    build = functools.partial(compile_program, compile=compile)
+    model_cfg = model_config(config)
+    meshes = mesh_lib.meshes_from_config(config.mesh, devices)
+    validate(config, meshes)
+    layout = layout_lib.Layout(meshes, model_cfg, rules_lib.logical_axis_rules(config.mesh.shard_params_over_data))
+    state, optimizer, critic_opt = abstract_state(config, model_cfg)
+    state = sharded(state, layout.state_shardings(state))
+    return (learner_programs(config, layout, state, optimizer, critic_opt, prompt_len, build)
+            + sampler_programs(config, layout, state.params, prompt_len, build))
+
+
+def step_estimate(programs: list[Program], chip: tpu.Chip, devices: int) -> tuple[float, float]:
+    """(roofline seconds, model FLOPs) of one RL step: each program's phases times its calls per step."""
+    seconds = sum(p.calls_per_step * ph.seconds(chip, devices) for p in programs for ph in p.phases)
+    model_flops = sum(p.calls_per_step * ph.model_flops for p in programs for ph in p.phases)
+    return seconds, model_flops
+
+
+def plan_candidates(config, num_devices: int, model_cfg: models.ModelConfig) -> list[dict]:
+    """The layouts a planner compiles: every (data, fsdp, tensor) with data·fsdp·tensor = num_devices whose tensor
+    size divides the query heads, and whose data·fsdp divides the minibatch rows; x remat "full" / "dots"; x the
+    micro-batch sizes (multiples of data·fsdp dividing the minibatch, from one row per device up to 8) -- as
+    config overrides {"mesh": (d, f, t), "remat": ..., "micro_batch_size": m}."""
+    rows = rollout_rows(config) // config.rl.num_minibatches
+    out = []
+    for tensor in (t for t in range(1, num_devices + 1) if num_devices % t == 0 and model_cfg.num_heads % t == 0):
+        for data in (d for d in range(1, num_devices // tensor + 1) if (num_devices // tensor) % d == 0):
+            shards = num_devices // tensor
+            if rows % shards:
+                continue
+            micro = [shards * k for k in (1, 2, 4, 8) if rows % (shards * k) == 0]
+            out += [dict(mesh=(data, shards // data, tensor), remat=remat, micro_batch_size=m)
+                    for remat in ("full", "dots") for m in micro]
+    return out
+
+
+def with_layout(config, candidate: dict):
+    """`config` with a planner candidate's mesh, remat mode and micro-batch size."""
+    config = config.copy_and_resolve_references()
+    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = candidate["mesh"]
+    config.model.remat = candidate["remat"]
+    config.rl.micro_batch_size = candidate["micro_batch_size"]
+    return config

@@ -1,0 +1,113 @@
+"""Every program of an RL step compiles for real TPU topologies (libtpu's compile-only devices, no TPU needed), and
+the per-chip memory XLA reports is what the sharding rules promise: a rule that replicates what it should split, or
+a program that does not compile for TPU, fails here. Needs the `tpu` extra (`pip install -e ".[tpu]"`); without
+libtpu every test fails with the install command."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import pytest
+
+from configs import default
+from rl4llm import models
+from rl4llm.models import flops as flops_lib
+from rl4llm.parallel import tpu
+from rl4llm.train import aot
+
+# state bytes per parameter: float32 params, Adam's two moments, the float32 KL reference copy
+STATE_BYTES_PER_PARAM = 4 + 4 + 4 + 4
+ROWS, PROMPT_LEN, NEW_TOKENS = 8, 8, 8
+XLA_FLOPS_TOLERANCE = 0.15  # XLA also counts the element-wise work (norms, softmax, Adam) the analytic count omits
+PADDING = 1.25  # the most TPU tiling adds to the state's bytes here (measured: 1.19 for tiny on v5e:2x2)
+
+
+def small_run(preset: str, mesh: tuple[int, int, int]):
+    """A GRPO step of 2 prompts x 4 completions (8 + 8 tokens) with KL to the reference, one update, no remat."""
+    c = default.get_config()
+    c.model.preset = preset
+    c.model.remat = "none"  # no layer scan: XLA's FLOP count then covers the whole step (cross-check below)
+    c.rl.num_prompts, c.rl.num_generations, c.rl.num_minibatches = 2, 4, 1
+    c.rl.kl_coef = 0.01
+    c.sampling.max_new_tokens = NEW_TOKENS
+    c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
+    return c
+
+
+def num_params(preset: str) -> int:
+    shapes = jax.eval_shape(models.init_params, models.get_config(preset), jax.random.key(0))
+    return sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+
+
+# (topology, mesh (data, fsdp, tensor), chips every weight is split over)
+LAYOUTS = [("v5e:2x2", (1, 4, 1), 4), ("v5p:2x2x1", (2, 1, 2), 2)]
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small"])
+@pytest.mark.parametrize("topology,mesh,weight_shards", LAYOUTS)
+def test_learner_and_sampler_compile_with_the_rules_memory(preset, topology, mesh, weight_shards):
+    devices = tpu.topology_devices(topology)
+    assert len(devices) == 4 and devices[0].platform == "tpu"
+    programs = {p.name: p for p in aot.compile_run(small_run(preset, mesh), devices, PROMPT_LEN)}
+    assert set(programs) == {"learner.step", "sampler.generate"}
+    assert all(p.fits for p in programs.values())
+    n = num_params(preset)
+    chip = tpu.CHIPS[topology.split(":")[0]]
+
+    # Learner: params, both Adam moments and the reference, each split over `weight_shards` chips (biases and norm
+    # scales stay replicated: < 1% of the parameters here), plus the batch's rows over data x fsdp. TPU tiling pads
+    # a shard's minor dims up to (8, 128): with head_dim 64 (tiny, small) that adds up to PADDING; a replicated
+    # weight would add (weight_shards - 1) times its bytes.
+    learner = programs["learner.step"].memory
+    state = STATE_BYTES_PER_PARAM * n / weight_shards
+    batch_rows = ROWS // (mesh[0] * mesh[1])
+    batch = batch_rows * ((PROMPT_LEN + NEW_TOKENS) * 2 * 4 + NEW_TOKENS * 4 * 4)
+    assert state + batch <= learner.arguments <= PADDING * (state + batch)
+    assert learner.aliased >= 0.98 * learner.arguments - batch  # the donated state is updated in place
+    assert tpu.fits(learner, chip)
+
+    # Sampler: the float32 params on the same mesh, the prompts' rows split over data x fsdp.
+    sampler = programs["sampler.generate"].memory
+    assert 4 * n / weight_shards <= sampler.arguments <= PADDING * 4 * n / weight_shards
+    assert sampler.temporaries > 0 and tpu.fits(sampler, chip)
+
+    # Without a layer scan, micro-batch scan or query chunks, XLA's FLOP count of the learner step is the analytic
+    # one: policy forward + backward (3x the forward) + the reference forward, split over the chips.
+    fwd = flops_lib.sequence_forward_flops(models.get_config(preset), ROWS, PROMPT_LEN + NEW_TOKENS, NEW_TOKENS)
+    assert sum(ph.flops for ph in programs["learner.step"].phases) == pytest.approx(4 * fwd)
+    assert programs["learner.step"].xla_flops * len(devices) == pytest.approx(4 * fwd, rel=XLA_FLOPS_TOLERANCE)
+
+
+def test_topologies_chips_and_accelerator_types():
+    assert tpu.accelerator_type("v5p:4x4x4") == "v5p-128" and tpu.num_chips("v5p:4x4x4") == 64
+    assert tpu.accelerator_type("v5e:4x4") == "v5e-16" and tpu.accelerator_type("v6e:2x2") == "v6e-4"
+    with pytest.raises(ValueError, match="v5e:4x4"):
+        tpu.parse_topology("v5x:4x4")
+    v4 = tpu.topology_devices("v4:2x2x1")  # libtpu exposes both TensorCores of a v4 chip
+    chip = tpu.per_device(tpu.CHIPS["v4"], "v4:2x2x1", len(v4))
+    assert chip.hbm_bytes * len(v4) == tpu.CHIPS["v4"].hbm_bytes * 4
+
+
+def test_roofline_and_mfu():
+    chip = tpu.CHIPS["v5p"]
+    compute = tpu.Phase("x", flops=2 * 459e12, model_flops=459e12, hbm_bytes_per_chip=1.0)
+    assert compute.seconds(chip, chips=2) == pytest.approx(1.0) and compute.bound(chip, 2) == "compute"
+    assert tpu.mfu(compute.model_flops, 1.0, chip, 2) == pytest.approx(0.5)
+    memory = tpu.Phase("y", flops=0.0, model_flops=0.0, hbm_bytes_per_chip=2765e9)
+    assert memory.seconds(chip, chips=2) == pytest.approx(1.0) and memory.bound(chip, 2) == "memory"
+
+
+def test_planner_ranks_every_layout_of_the_slice_without_compiling():
+    config = small_run("tiny", (1, 4, 1))
+    candidates = aot.plan_candidates(config, 4, models.get_config("tiny"))  # 4 heads: tensor 1, 2 or 4
+    assert {c["mesh"] for c in candidates} == {(1, 4, 1), (2, 2, 1), (4, 1, 1), (1, 2, 2), (2, 1, 2), (1, 1, 4)}
+    assert {c["remat"] for c in candidates} == {"full", "dots"}
+    for c in candidates:
+        shards = c["mesh"][0] * c["mesh"][1]
+        assert c["micro_batch_size"] % shards == 0 and ROWS % c["micro_batch_size"] == 0
+    devices = tpu.topology_devices("v5e:2x2")
+    estimate = aot.compile_run(aot.with_layout(config, candidates[0]), devices, PROMPT_LEN, compile=False)
+    assert all(p.memory is None and p.phases for p in estimate)
+    seconds, model_flops = aot.step_estimate(estimate, tpu.CHIPS["v5e"], 4)
+    assert seconds > 0 and model_flops > 0
