@@ -28,6 +28,7 @@ setuptools.setup(
         "tensorboardX>=2.6",
         "numpy>=1.26",
         "pebble>=5.0",
+        "tqdm>=4.66",  # progress bars (rl4llm.train.progress)
         "sympy>=1.12",
         # The math reward's equivalence engine (rl4llm.rewards.math), as in TRL / open-r1 / verl. Pinned to a minor
         # release: its verdicts are the reward, and tests/test_rewards_math.py pins them. The extra brings the ANTLR

@@ -3,6 +3,7 @@ again resumes and ends exactly as an uninterrupted run (metrics and final params
 aborts at once."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -84,6 +85,10 @@ def test_sigterm_mid_rl_checkpoints_exits_zero_and_resumes_exactly(tmp_path):
     output, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, output[-3000:]
     assert "received SIGTERM" in output and "Run the same command again to resume" in output, output[-3000:]
+    # Not a terminal: no bar, and each metric line ends with the stage's progress.
+    assert re.search(rf"\[rl\] step +1 \|.* \| 1/{_RL_STEPS} \| [\d.]+ s/step \| elapsed \d\d:\d\d \| ETA \d\d:\d\d\n",
+                     output), output[-3000:]
+    assert "%|" not in output
     saved = [int(s) for s in os.listdir(os.path.join(preempted, "checkpoints", "rl")) if s.isdigit()]
     # It finished the step in progress (at most one after the last one logged when the signal left) and saved it.
     assert len(saved) == 1 and seen <= saved[0] <= seen + 1 < _RL_STEPS, (saved, seen)
@@ -105,6 +110,36 @@ def test_sigterm_mid_rl_checkpoints_exits_zero_and_resumes_exactly(tmp_path):
     assert [p for p, _ in flat_full] == [p for p, _ in flat_resumed] and flat_full
     for (path, a), (_, b) in zip(flat_full, flat_resumed):
         np.testing.assert_array_equal(np.asarray(b), np.asarray(a), err_msg=jax.tree_util.keystr(path))
+
+
+def test_live_progress_bars_on_a_terminal(tmp_path):
+    """On a terminal (a pseudo-terminal here) each stage draws a tqdm bar with step / total, rate and ETA."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    config_path = tmp_path / "tiny.py"
+    config_path.write_text(_CONFIG.replace(f"c.rl.steps = {_RL_STEPS}", "c.rl.steps = 3"))
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    proc = subprocess.Popen(_command(config_path, tmp_path / "run"), cwd=_REPO, stdout=follower,
+                            stderr=subprocess.DEVNULL, close_fds=True)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert proc.wait(timeout=600) == 0
+    screen = b"".join(chunks).decode("utf-8", "replace")
+    for stage, total in (("sft", 6), ("rl", 3)):
+        assert re.search(rf"{stage}: +100%\|.*\| {total}/{total} \[\d\d:\d\d<00:00", screen), screen[-3000:]
+    assert "eval: " in screen
 
 
 def test_second_signal_aborts_at_once():

@@ -31,6 +31,7 @@ import numpy as np
 from rl4llm import sampling
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.train import batches
+from rl4llm.train import progress
 
 
 # ----------------------------------------------------------------------------------------- metrics
@@ -146,7 +147,8 @@ def generate_scored(
     """Completions of `prompts`, generated `spec.batch_size` rows per sampler call (the last call padded by
     repeating its last prompt) with key `fold_in(key, start row)`, each scored by `score_fn(text, answer)`."""
     texts, lengths, finished = [], [], []
-    for start in range(0, len(prompts), spec.batch_size):
+    starts = range(0, len(prompts), spec.batch_size)
+    for start in progress.over_batches(starts, len(starts), "eval"):
         chunk = list(prompts[start : start + spec.batch_size])
         real = len(chunk)
         chunk += [chunk[-1]] * (spec.batch_size - real)  # pad to the compiled batch size

@@ -15,6 +15,7 @@ from rl4llm.train import async_rollouts as async_lib
 from rl4llm.train import checkpointing
 from rl4llm.train import optim
 from rl4llm.train import preemption
+from rl4llm.train import progress as progress_lib
 from rl4llm.train import state as state_lib
 from rl4llm.train import step as step_lib
 from rl4llm.train.companions import critic as critic_lib
@@ -96,15 +97,17 @@ def run_rl(config, setup, source, init_params, key, writer, workdir: str, stop: 
         pipeline = rollout_pipeline(source, config, setup, programs, state, start, end)
         step_fn = functools.partial(step_lib.async_rl_step, pipeline)
     skips = optim.SkipMonitor("rl", state.opt_state, config.max_skipped_updates)
+    progress = progress_lib.StageProgress("rl", end, start)
     try:
         for step in range(start + 1, end + 1):
             state, step_metrics = step_fn(config, setup, programs, state, step - 1)
             give_up = skips.after_step(step, state.opt_state, step_metrics)
+            progress.advance(step)
             if due(config.eval.every, step, rl.steps):
                 last_eval = source.evaluate(config, setup, state.params, jax.random.fold_in(key, 2))
                 step_metrics.update(last_eval)
             if due(config.log_every, step, rl.steps) or step % config.eval.every == 0:
-                writer.write("rl", step, step_metrics)
+                writer.write("rl", step, step_metrics, progress=progress)
             stopping = stop.should_stop(config.sft.steps + step)  # ids increase over SFT then RL (all processes)
             if due(config.checkpoint.every, step, rl.steps) or stopping or give_up:
                 ckpt.save(step, state, {"data_step": step, "eval": last_eval})
@@ -113,6 +116,7 @@ def run_rl(config, setup, source, init_params, key, writer, workdir: str, stop: 
             if stopping and step < end:
                 raise preemption.Preempted("rl", step, ckpt.directory)
     finally:
+        progress.close()
         if pipeline is not None:
             pipeline.close()
         ckpt.close()

@@ -15,6 +15,7 @@ import numpy as np
 from tensorboardX import SummaryWriter
 
 from rl4llm.rl import aggregation
+from rl4llm.train import progress as progress_lib
 
 # Console columns: (metric key, header, format).
 CONSOLE_COLUMNS = (
@@ -74,7 +75,10 @@ class MetricsWriter:
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
         self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
-    def write(self, stage: str, step: int, metrics: dict, *, console: bool = True) -> None:
+    def write(self, stage: str, step: int, metrics: dict, *, console: bool = True,
+              progress: progress_lib.StageProgress | None = None) -> None:
+        """Appends the record; on the console, its line (`format_console_line`), ending with the stage's
+        progress (`StageProgress.suffix`) when given."""
         record = {"stage": stage, "step": int(step), **{k: _to_python(v) for k, v in metrics.items()}}
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
@@ -83,7 +87,11 @@ class MetricsWriter:
                 self._tb.add_scalar(f"{stage}/{key}", value, step)
         self._tb.flush()
         if console:
-            print(format_console_line(record), flush=True)
+            line = format_console_line(record)
+            if progress is None:
+                print(line, flush=True)
+            else:
+                progress.write(f"{line} | {progress.suffix()}")
 
     def close(self) -> None:
         self._jsonl.close()
@@ -93,8 +101,8 @@ class MetricsWriter:
 class NullWriter:
     """A MetricsWriter that writes nothing: every process but process 0 of a multi-host run."""
 
-    def write(self, stage: str, step: int, metrics: dict, *, console: bool = True) -> None:
-        del stage, step, metrics, console
+    def write(self, stage: str, step: int, metrics: dict, *, console: bool = True, progress=None) -> None:
+        del stage, step, metrics, console, progress
 
     def close(self) -> None:
         pass

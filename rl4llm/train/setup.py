@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from typing import Callable
 
 import jax
@@ -142,6 +143,7 @@ def export_hf(config, setup: Setup, params, out_dir: str) -> None:
     config.json fields and tokenizer files carried over when there is one), loadable by transformers / vLLM."""
     from rl4llm.models import hf_checkpoint  # the `hf` extra
 
+    t0 = time.monotonic()
     cfg, merged = lora.merge(setup.model_cfg, params)
     source = config.model.hf_checkpoint or None
     hf_checkpoint.save_hf_checkpoint(
@@ -149,7 +151,7 @@ def export_hf(config, setup: Setup, params, out_dir: str) -> None:
         base_config=hf_checkpoint.read_hf_config(source) if source else None,
         copy_files_from=source,
     )
-    print(f"exported the policy (Hugging Face format) to {out_dir}", flush=True)
+    print(f"exported the policy (Hugging Face format) to {out_dir} in {time.monotonic() - t0:.1f} s", flush=True)
 
 
 def task_tokenizer(workdir: str, task: tasks_lib.Task) -> sentencepiece_tokenizer.Tokenizer:

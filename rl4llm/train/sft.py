@@ -21,6 +21,7 @@ from rl4llm.train import loop
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import optim
 from rl4llm.train import preemption
+from rl4llm.train import progress as progress_lib
 from rl4llm.train import setup as setup_lib
 
 
@@ -84,17 +85,22 @@ def run_sft(config, setup, source, key, writer: metrics_lib.MetricsWriter, workd
     step_fn = make_sft_step(setup.model_cfg, optimizer, config.rl.logprob_chunk_size, setup.layout, state)
     t0 = time.time()
     skips = optim.SkipMonitor("sft", state.opt_state, config.max_skipped_updates)
+    progress = progress_lib.StageProgress("sft", cfg.steps, start)
     for step in range(start + 1, cfg.steps + 1):
         state, step_metrics = step_fn(state, *source.sft_batch(config, setup, step - 1))
         give_up = skips.after_step(step, state.opt_state, step_metrics)
+        progress.advance(step)
         if loop.due(config.log_every, step, cfg.steps):
-            writer.write("sft", step, {**step_metrics, "step_s": (time.time() - t0) / (step - start)})
+            writer.write("sft", step, {**step_metrics, "step_s": (time.time() - t0) / (step - start)},
+                         progress=progress)
         stopping = stop.should_stop(step) and step < cfg.steps  # at the last: the evaluation, then RL's first step
         if (step % config.checkpoint.every == 0 and step < cfg.steps) or stopping or give_up:
             ckpt.save(step, state, {"data_step": step})
         if stopping or give_up:
+            progress.close()
             ckpt.close()
             raise skips.error(step) if give_up else preemption.Preempted("sft", step, ckpt.directory)
+    progress.close()
     eval_metrics = source.evaluate(config, setup, state.params, jax.random.fold_in(key, 2))
     writer.write("sft", cfg.steps, eval_metrics)
     ckpt.save(cfg.steps, state, {"data_step": cfg.steps, "eval": eval_metrics})
