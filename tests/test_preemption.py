@@ -21,28 +21,13 @@ _RL_STEPS = 16
 # The tiny job of tests/test_train.py, with RL long enough to be interrupted and no periodic RL checkpoint but the
 # last: the only one a resumed run can start from is the one the signal made it write.
 _CONFIG = f'''
-from configs import default
+from tests.test_train import tiny_config
 
 
 def get_config():
-    c = default.get_config()
-    c.model.preset = "nano"
-    c.task.min_operands = c.task.max_operands = 2
-    c.task.max_value = 9
-    c.task.operators = "+"
-    c.task.test_fraction = 0.2
-    c.sampling.max_new_tokens = 12
-    c.sampling.prompt_bucket = 8
-    c.sft.steps = 6
-    c.sft.batch_size = 16
+    c = tiny_config()
     c.rl.steps = {_RL_STEPS}
-    c.rl.num_prompts = 4
-    c.rl.num_generations = 4
-    c.eval.num_examples = 8
     c.eval.every = 8
-    c.eval.pass_n = 2
-    c.eval.pass_k = (1, 2)
-    c.log_every = 1
     c.checkpoint.every = 100
     return c
 '''
