@@ -78,7 +78,7 @@ def test_resume_equals_uninterrupted(tmp_path):
         assert json.load(f)["rl_eval_accuracy"] == summary["rl_eval_accuracy"]
 
 
-def test_corrupted_latest_checkpoint_falls_back_with_warning(tmp_path, caplog):
+def test_corrupted_latest_checkpoint_falls_back_with_warning(tmp_path, caplog, capfd):
     config = tiny_config()
     workdir = str(tmp_path / "run")
     job.run(config, workdir, stop_after_rl_step=4)
@@ -87,9 +87,12 @@ def test_corrupted_latest_checkpoint_falls_back_with_warning(tmp_path, caplog):
         for name in files:
             with open(os.path.join(root, name), "wb") as f:
                 f.write(b"garbage")
+    capfd.readouterr()
     with caplog.at_level("WARNING"):
         summary = job.run(config, workdir)
     assert any("step 4" in r.getMessage() and "unreadable" in r.getMessage() for r in caplog.records)
+    console = "".join(capfd.readouterr())
+    assert "Traceback" not in console and "Event loop is closed" not in console, console[-3000:]  # one warning
     assert summary["rl_steps"] == 6
     # It went back to step 2 and redid 3..6: the metrics equal an uninterrupted run's.
     fresh = str(tmp_path / "fresh")
