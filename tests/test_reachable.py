@@ -13,15 +13,17 @@ from rl4llm.config import validation as config_validation
 from tests.test_multi_turn import agent_config
 
 
+# What an estimator needs beside its name: GBPO's weights need its loss (the targets come with it); GDPO normalises
+# each reward component, so it needs a second one. (Also used by tests/test_runs_every_name.py.)
+NEEDS = {"gbpo": {"rl.loss": "gbpo"}, "gdpo": {"task.extra_rewards": "format_think_answer:0.5"}}
+
+
 @pytest.mark.parametrize("name", sorted(registry.ADVANTAGES))
 def test_every_advantage_estimator_is_accepted_by_the_loop_that_feeds_it(name):
     agent = bool(registry.advantage_inputs(name) & set(registry.MULTI_TURN_ADVANTAGE_INPUTS))
     config = agent_config(advantage=name) if agent else default.get_config()
     config.rl.advantage = name
-    if name == "gbpo":  # GBPO's weights need its loss (the targets come with it)
-        config.rl.loss = "gbpo"
-    if name == "gdpo":  # GDPO normalises each reward component: it needs a second one
-        config.task.extra_rewards = "format_think_answer:0.5"
+    config.update_from_flattened_dict(NEEDS.get(name, {}))
     config_validation.validate(config)
 
 

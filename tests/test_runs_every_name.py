@@ -12,13 +12,12 @@ from rl4llm.rl import registry
 from rl4llm.train import job
 from rl4llm.train import metrics as metrics_lib
 from tests.test_multi_turn import agent_config
+from tests.test_reachable import NEEDS
 from tests.test_train import tiny_config
 
 ADVANTAGES = sorted(registry.ADVANTAGES)
 AGENT = [n for n in ADVANTAGES if registry.advantage_inputs(n) & set(registry.MULTI_TURN_ADVANTAGE_INPUTS)]
 SINGLE_TURN = [n for n in ADVANTAGES if n not in AGENT]
-# what an estimator needs beside its name (test_reachable.py says why)
-NEEDS = {"gbpo": {"rl.loss": "gbpo"}, "gdpo": {"task.extra_rewards": "format_think_answer:0.5"}}
 
 
 def _assignment() -> dict:
