@@ -136,6 +136,33 @@ def test_non_finite_gradient_skips_the_update_and_finite_ones_are_adamw_exactly(
     assert (int(s_after.notfinite_count), int(s_after.total_notfinite)) == (0, 2)
 
 
+@pytest.mark.parametrize("preset", ["nano", "arith"])
+def test_guarded_optimizer_trains_bit_identically_to_adamw(preset):
+    """Ten SFT steps with the guarded optimizer equal plain AdamW's bit for bit: the guard must not change how XLA
+    compiles the update (optax.apply_if_finite's lax.cond changed the rounding, and the main job's result with it)."""
+    from rl4llm.train import sft
+
+    c = default.get_config()
+    cfg = models.get_config(preset, vocab_size=20)
+    s = c.sft
+    rng = np.random.default_rng(0)
+    tokens = jnp.asarray(rng.integers(0, 20, (16, 40)), jnp.int32)
+    attention, completion = jnp.ones((16, 40), jnp.int32), jnp.ones((16, 24), jnp.float32)
+    schedule = optim.learning_rate_schedule(s.learning_rate, s.warmup_steps, s.lr_schedule, s.steps)
+    plain = optax.chain(optax.clip_by_global_norm(s.grad_clip), optax.adamw(schedule, weight_decay=s.weight_decay))
+    guarded = optim.make_optimizer(s.learning_rate, s.warmup_steps, s.weight_decay, s.grad_clip,
+                                   schedule=s.lr_schedule, total_steps=s.steps)
+    trained = []
+    for optimizer in (plain, guarded):
+        params = models.init_params(cfg, jax.random.key(0))
+        state = sft.SFTState(params=params, opt_state=optimizer.init(params))
+        step = sft.make_sft_step(cfg, optimizer, c.rl.logprob_chunk_size)
+        for _ in range(10):
+            state, _ = step(state, tokens, attention, completion)
+        trained.append(state.params)
+    jax.tree.map(np.testing.assert_array_equal, *trained)
+
+
 def test_non_finite_loss_skips_updates_then_checkpoints_the_last_good_state_and_stops(tmp_path, capsys, monkeypatch):
     """Fault injection: the policy loss is made NaN, so every RL update's gradient is non-finite. Each is skipped (one
     console line per step), and after max_skipped_updates in a row the run checkpoints and stops with
