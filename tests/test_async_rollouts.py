@@ -18,6 +18,7 @@ from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import job
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import optim
+from rl4llm.train import preemption
 from rl4llm.train import programs
 from rl4llm.train import single_turn
 from rl4llm.train import setup as setup_lib
@@ -153,7 +154,8 @@ def warm_start(tmp_path_factory):
     config.task.reward = tiny_config().task.reward  # SFT does not score; the test reward is registered per test
     setup = setup_lib.build_setup(config, workdir)
     try:
-        sft_lib.run_sft(config, setup, single_turn, jax.random.key(config.seed), metrics_lib.MetricsWriter(workdir), workdir)
+        sft_lib.run_sft(config, setup, single_turn, jax.random.key(config.seed), metrics_lib.MetricsWriter(workdir), workdir,
+                        preemption.StopSignal())  # not entered: no signal handler, never stops
     finally:
         setup.rewards.close()
     return workdir

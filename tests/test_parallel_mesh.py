@@ -154,7 +154,7 @@ def test_two_process_run_checkpoints_and_resumes(tmp_path):
 
 def _update_counts(opt_state) -> list[int]:
     leaves = jax.tree_util.tree_flatten_with_path(opt_state)[0]
-    return [int(v) for path, v in leaves if "count" in jax.tree_util.keystr(path[-1:])]
+    return [int(v) for path, v in leaves if jax.tree_util.keystr(path[-1:]) in ("['count']", ".count")]
 
 
 def _restore_on_one_device(path):
