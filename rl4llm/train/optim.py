@@ -138,7 +138,8 @@ class SkipMonitor:
 
     def after_step(self, step: int, opt_state, metrics: dict) -> bool:
         """Adds `optim/skipped_updates` (this step's) to `metrics`, prints one line if any; True: stop now."""
-        in_a_row, total = int(opt_state.notfinite_count), int(opt_state.total_notfinite)
+        counts = jax.device_get((opt_state.notfinite_count, opt_state.total_notfinite))  # one transfer
+        in_a_row, total = int(counts[0]), int(counts[1])
         metrics["optim/skipped_updates"] = float(total - self.total)
         if total > self.total:
             print(f"[{self.stage}] step {step}: {total - self.total} update(s) skipped for a non-finite gradient "
