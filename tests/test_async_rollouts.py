@@ -154,8 +154,8 @@ def warm_start(tmp_path_factory):
     config.task.reward = tiny_config().task.reward  # SFT does not score; the test reward is registered per test
     setup = setup_lib.build_setup(config, workdir)
     try:
-        sft_lib.run_sft(config, setup, single_turn, jax.random.key(config.seed), metrics_lib.MetricsWriter(workdir), workdir,
-                        preemption.StopSignal())  # not entered: no signal handler, never stops
+        sft_lib.run_sft(config, setup, single_turn, jax.random.key(config.seed), metrics_lib.MetricsWriter(workdir),
+                        workdir, preemption.StopSignal())  # not entered: no signal handler, never stops
     finally:
         setup.rewards.close()
     return workdir

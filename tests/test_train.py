@@ -109,7 +109,8 @@ def test_changed_config_on_resume_is_a_clear_error_and_moves_nothing(tmp_path):
     job.run(config, workdir, stop_after_rl_step=2)
     before = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
     config.rl.warmup_steps = 0
-    with pytest.raises(checkpointing.CheckpointMismatchError, match=r"opt_state\.inner_state\.1\.2\.count: only in the checkpoint"):
+    with pytest.raises(checkpointing.CheckpointMismatchError,
+                       match=r"opt_state\.inner_state\.1\.2\.count: only in the checkpoint"):
         job.run(config, workdir)
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == before
     assert os.listdir(os.path.join(workdir, "checkpoints", "rl")) != []

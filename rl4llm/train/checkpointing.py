@@ -16,10 +16,11 @@ raises `CheckpointMismatchError` naming the differing entries, and nothing is mo
 
 Storage: `probe_workdir` and `check_free_space` fail before training starts when the workdir cannot be written or
 its filesystem has less free space than the run's checkpoints need (`checkpoint_bytes_needed`). A checkpoint
-write that fails (disk full, quota, I/O error) raises `StorageError` with one line naming the step, the directory and the cause; Orbax
-writes into a temporary directory and deletes old steps (`max_to_keep`) only after the new one is committed, so
-the previous good checkpoint is never lost (measured on a full tmpfs: the failed step-6 write left step 4 intact).
-Orbax's own per-thread error logs of the failed write (hundreds of traceback lines) are folded into that one line.
+write that fails (disk full, quota, I/O error) raises `StorageError` with one line naming the step, the directory
+and the cause; Orbax writes into a temporary directory and deletes old steps (`max_to_keep`) only after the new one
+is committed, so the previous good checkpoint is never lost (measured on a full tmpfs: the failed step-6 write left
+step 4 intact). Orbax's own per-thread error logs of the failed write (hundreds of traceback lines) are folded into
+that one line.
 """
 
 from __future__ import annotations

@@ -77,9 +77,10 @@ def run_rl(config, setup, source, init_params, key, writer, workdir: str, stop: 
     """RL stage from `init_params` with the rollout `source` (`train.single_turn` or `train.agent`); returns (final
     params, last eval metrics, steps done). When `stop` asks for it (a signal), checkpoints the step just done and
     raises `preemption.Preempted`; after `config.max_skipped_updates` non-finite updates in a row, checkpoints the
-    last good state and raises `optim.NonFiniteError`. In an async run (`rl.async_rollouts`) the batches in flight are dropped then, and
-    the resumed run regenerates them from the checkpointed params (fresher than the uninterrupted run's, which were
-    generated before it): exact resumption holds from the periodic checkpoints, where the pipeline is flushed."""
+    last good state and raises `optim.NonFiniteError`. In an async run (`rl.async_rollouts`) the batches in flight
+    are dropped then, and the resumed run regenerates them from the checkpointed params (fresher than the
+    uninterrupted run's, which were generated before it): exact resumption holds from the periodic checkpoints,
+    where the pipeline is flushed."""
     rl = config.rl
     optimizer = rl_optimizer(config)
     critic_optimizer = critic_lib.make_critic_optimizer(config) if critic_lib.enabled(config) else None

@@ -1,7 +1,7 @@
 """Console progress of a stage (SFT, RL, evaluation, export): steps done / total, rate, elapsed and ETA.
 
-On a terminal, a live tqdm bar (`StageProgress`, `over_batches`) with the metric lines written above it; otherwise (CI, a
-log file, every process but process 0) no bar, and each metric line ends with the same figures
+On a terminal, a live tqdm bar (`StageProgress`, `over_batches`) with the metric lines written above it; otherwise
+(CI, a log file, every process but process 0) no bar, and each metric line ends with the same figures
 (`[rl] step 40 | reward ... | 40/100 | 1.82 s/step | elapsed 1:13 | ETA 1:49`). absl logging stays for warnings.
 """
 
