@@ -135,12 +135,16 @@ def main(argv):
     del argv
     import jax
 
+    from rl4llm import config as config_lib
     from rl4llm import models
     from rl4llm.parallel import tpu
     from rl4llm.train import aot
 
-    config = flags.FLAGS.config
-    apply_mesh(config, _MESH.value)
+    apply_mesh(flags.FLAGS.config, _MESH.value)
+    try:
+        config = aot.parse_for_slice(flags.FLAGS.config)
+    except config_lib.ConfigError as e:
+        sys.exit(str(e))
     chip, _ = tpu.parse_topology(_TOPOLOGY.value)
     devices = tpu.topology_devices(_TOPOLOGY.value)
     chip = tpu.per_device(chip, _TOPOLOGY.value, len(devices))

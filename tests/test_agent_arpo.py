@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from rl4llm import config as config_lib
 from rl4llm.sampling import multi_turn
 from rl4llm.train import logprobs as logprobs_lib
 from tests.test_multi_turn import SAMPLING, _Result, model_cfg, params, tokenizer
@@ -165,7 +166,6 @@ def test_branch_decisions_follow_the_entropy_rise_since_the_rows_first_step():
 
 
 def test_branching_config_and_agent_config_errors_name_the_field():
-    from rl4llm.config import validation as config_validation
     from tests.test_multi_turn import agent_config
 
     with pytest.raises(ValueError, match="beam_size"):
@@ -177,8 +177,8 @@ def test_branching_config_and_agent_config_errors_name_the_field():
     c.agent.arpo.initial_rollouts = 2  # = num_generations
     c.agent.arpo.branch_probability = 1.5
     c.agent.arpo.entropy_tokens = 0
-    with pytest.raises(config_validation.ConfigError) as e:
-        config_validation.validate(c)
+    with pytest.raises(config_lib.ConfigError) as e:
+        config_lib.parse(c)
     for field in ("config.agent.arpo.initial_rollouts=2", "config.agent.arpo.branch_probability=1.5",
                   "config.agent.arpo.entropy_tokens=0"):
         assert field in str(e.value), field

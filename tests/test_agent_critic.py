@@ -24,7 +24,7 @@ from rl4llm.train import optim
 from rl4llm.train import setup as setup_lib
 from rl4llm.train import state as state_lib
 from rl4llm.train import checkpointing
-from rl4llm.config import validation as config_validation
+from rl4llm import config as config_lib
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train import metrics as metrics_lib
 from tests.test_multi_turn import agent_config
@@ -59,7 +59,7 @@ def runs(tmp_path_factory):
     actions, all-zero advantages)."""
     root = tmp_path_factory.mktemp("agent_critic")
     full, resumed = str(root / "full"), str(root / "resumed")
-    setup = agent.build_setup(critic_config(), full)  # trains and caches the tokenizer in `full`
+    setup = agent.build_setup(config_lib.parse(critic_config()), full)  # trains and caches the tokenizer in `full`
     key_trunk, key_head = jax.random.split(jax.random.key(7))
     head = {"kernel": 0.3 * jax.random.normal(key_head, (setup.model_cfg.hidden_size,)), "bias": jnp.float32(0.2)}
     value_head.save_critic(str(root / "head"), {"head": head})
@@ -72,7 +72,7 @@ def runs(tmp_path_factory):
     shutil.rmtree(os.path.join(resumed, "checkpoints", "rl", "2"))
     os.remove(os.path.join(resumed, "metrics.jsonl"))
     job.run(config, resumed)
-    return config, setup, full, resumed, str(root / "separate")
+    return config_lib.parse(config), setup, full, resumed, str(root / "separate")
 
 
 def _templates(config, setup):
@@ -134,7 +134,7 @@ def test_estimators_get_the_critics_values_at_the_record_positions(runs, shared_
     run_config, setup, full, _, separate = runs
     params_t, critic_t = _templates(run_config, setup)
     params = _restore(full, "rl", 1, "params", params_t)
-    config = run_config if shared_trunk else critic_config(separate, shared_trunk=False)
+    config = run_config if shared_trunk else config_lib.parse(critic_config(separate, shared_trunk=False))
     critic = _restore(full, "rl", 1, "critic", critic_t) if shared_trunk else _templates(config, setup)[1]
     optimizer = optim.make_optimizer(config.rl.learning_rate, 0, 0.0, 1.0)  # unused by the collection
     state = state_lib.init_rl_state(config, params, optimizer, jax.random.key(config.seed), critic)
@@ -176,7 +176,7 @@ def test_estimators_get_the_critics_values_at_the_record_positions(runs, shared_
     gae_config = critic_config(config.critic.checkpoint)
     gae_config.rl.advantage = "gae"
     gae_config.rl.advantage_kwargs.turn_gamma = None
-    gae = agent.collect(gae_config, setup, None, state, 1)
+    gae = agent.collect(config_lib.parse(gae_config), setup, None, state, 1)
     expected, expected_returns = advantages_lib.gae(registry.last_token_rewards(jnp.asarray(scores), loss), values,
                                                     loss, lam=LAM)
     np.testing.assert_allclose(gae.batch.advantages, np.asarray(expected)[:, 1:] * loss[:, 1:], atol=1e-5)
@@ -185,8 +185,8 @@ def test_estimators_get_the_critics_values_at_the_record_positions(runs, shared_
 
 def test_agent_critic_config_validation():
     for advantage in ("bilevel_gae", "gae"):
-        config_validation.validate(agent_config(advantage=advantage))
+        config_lib.parse(agent_config(advantage=advantage))
     c = agent_config(advantage="bilevel_gae")
     c.rl.advantage_kwargs.turn_gamma = 1.5
-    with pytest.raises(config_validation.ConfigError, match=r"config\.rl\.advantage_kwargs\.turn_gamma=1\.5: must lie"):
-        config_validation.validate(c)
+    with pytest.raises(config_lib.ConfigError, match=r"config\.rl\.advantage_kwargs\.turn_gamma=1\.5: must lie"):
+        config_lib.parse(c)

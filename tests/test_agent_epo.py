@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
+from rl4llm import config as config_lib
 from rl4llm.models import ModelConfig, init_params
 from rl4llm.train import agent
 from rl4llm.train import episodes
@@ -58,6 +59,7 @@ def epo_runs(tmp_path_factory):
     shutil.rmtree(os.path.join(resumed, "checkpoints", "rl", "2"))
     os.remove(os.path.join(resumed, "metrics.jsonl"))
     job.run(config, resumed)
+    config = config_lib.parse(config)
     return config, full, resumed, agent.build_setup(config, full)
 
 
@@ -132,9 +134,7 @@ def test_over_turn_mask_flag_masks_the_cut_trajectories_of_an_agent_step(epo_run
     state = state_lib.init_rl_state(config, setup_lib.initial_params(config, setup.model_cfg, jax.random.key(0)),
                                   optim.make_optimizer(1e-3, 0, 0.0, 0.0), jax.random.key(0))
     plain = agent.collect(config, setup, None, state, 0)
-    config.agent.over_turn_mask = True
-    masked = agent.collect(config, setup, None, state, 0)
-    config.agent.over_turn_mask = False
+    masked = agent.collect(config.replace(agent={"over_turn_mask": True}), setup, None, state, 0)
     cut = np.asarray(plain.batch.completion_mask).sum(-1) != np.asarray(masked.batch.completion_mask).sum(-1)
     assert masked.host_metrics["over_turn_masked_frac"] == cut.mean() == plain.host_metrics["over_turn_frac"] > 0
     assert (np.asarray(masked.batch.completion_mask)[cut] == 0).all()
@@ -150,11 +150,11 @@ def test_epo_with_zero_coef_is_the_baseline_learner_step_and_the_update_extends_
     """coef 0 in the config: no EPO term and no EPO state (the learner program and checkpoint are the baseline's);
     coef 0 in the learner with a history: the same update, and the history grows by this batch's per-turn totals."""
     setup, params, traj = record
-    config = agent_config()
+    config = config_lib.parse(agent_config())
     optimizer = optim.make_optimizer(1e-3, 0, 0.0, 0.0)
     assert config.agent.epo.coef == 0 and programs.learner_config(config).epo == ()
     assert state_lib.initial_state(config, setup, params, optimizer, jax.random.key(0)).extra("epo") is None
-    config.agent.epo.coef = 0.001
+    config = config.replace(agent={"epo": {"coef": 0.001}})
     assert dict(programs.learner_config(config).epo)["coef"] == 0.001
     epo = state_lib.initial_state(config, setup, params, optimizer, jax.random.key(0)).extra("epo")
     assert epo.entropy_sums.shape == (setup.mt_cfg.max_turns,) == (4,) and not epo.token_counts.any()
@@ -274,7 +274,7 @@ def test_epo_history_is_checkpointed_and_a_resumed_run_equals_the_uninterrupted_
                                [1.0, 1 - 0.2 * (1 - np.exp(-1.0))], rtol=1e-6)  # w(0), w(1) with E = 4
     assert sorted(_records(resumed)) == [2] and _records(resumed)[2] == second
     # The history is in the checkpoints: the resumed run's final one holds the uninterrupted run's.
-    empty = epo_lib.init_state(config.agent.guess_number.max_turns)
+    empty = epo_lib.init_state(config.agent.guess_number["max_turns"])
     histories = []
     for workdir in (full, resumed):
         ckpt = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints", "rl"))
@@ -287,17 +287,15 @@ def test_epo_history_is_checkpointed_and_a_resumed_run_equals_the_uninterrupted_
 
 
 def test_epo_config_errors_name_the_field():
-    from rl4llm.config import validation as config_validation
-
     config = agent_config()
     config.agent.epo.update(coef=0.001, kappa_low=2.0, kappa_high=1.0, alpha=-0.1, total_epochs=0)
-    with pytest.raises(config_validation.ConfigError) as e:
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError) as e:
+        config_lib.parse(config)
     assert "config.agent.epo.alpha=-0.1" in str(e.value)
     config.agent.epo.alpha = 0.1
-    with pytest.raises(config_validation.ConfigError) as e:
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError) as e:
+        config_lib.parse(config)
     for field in ("config.agent.epo.kappa_high=1.0", "config.agent.epo.total_epochs=0"):
         assert field in str(e.value), field
     config.agent.epo.update(kappa_low=0.0, kappa_high=2.0, total_epochs=150)
-    config_validation.validate(config)
+    config_lib.parse(config)

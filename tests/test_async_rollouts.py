@@ -12,7 +12,7 @@ import pytest
 
 from rl4llm import rewards
 from rl4llm.train import async_rollouts
-from rl4llm.config import validation as config_validation
+from rl4llm import config as config_lib
 from rl4llm.train import logprobs
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import job
@@ -92,16 +92,16 @@ def test_pipeline_collects_in_background_from_copied_snapshots_within_the_bound(
 
 def test_validation_names_the_fields():
     config = tiny_config(async_rollouts=True, max_staleness=0, tis_cap=2.0)
-    with pytest.raises(config_validation.ConfigError, match=r"config\.rl\.max_staleness=0: must be an integer >= 1"):
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError, match=r"config\.rl\.max_staleness=0: must be an integer >= 1"):
+        config_lib.parse(config)
     config = tiny_config(async_rollouts=True)  # tis_cap stays 0
-    with pytest.raises(config_validation.ConfigError, match=r"config\.rl\.tis_cap=0\.0: asynchronous rollouts"):
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError, match=r"config\.rl\.tis_cap=0\.0: asynchronous rollouts"):
+        config_lib.parse(config)
     config = tiny_config(async_rollouts=True, tis_cap=2.0)
     config.distributed.initialize = True
-    with pytest.raises(config_validation.ConfigError, match=r"config\.rl\.async_rollouts=True: .*multi-host"):
-        config_validation.validate(config)
-    config_validation.validate(tiny_config(async_rollouts=True, max_staleness=3, tis_cap=2.0))
+    with pytest.raises(config_lib.ConfigError, match=r"config\.rl\.async_rollouts=True: .*multi-host"):
+        config_lib.parse(config)
+    config_lib.parse(tiny_config(async_rollouts=True, max_staleness=3, tis_cap=2.0))
 
 
 def _odd_length(completion: str, answer: str) -> float:
@@ -118,6 +118,7 @@ def test_stale_batch_gets_decoupled_ppo_weights(tmp_path, monkeypatch, ppo_epoch
     monkeypatch.setitem(rewards.REWARDS, "odd_length", _odd_length)
     config = tiny_config(async_rollouts=True, tis_cap=cap, ppo_epochs=ppo_epochs, warmup_steps=0, learning_rate=1e-2)
     config.task.reward = "odd_length"
+    config = config_lib.parse(config)
     setup = setup_lib.build_setup(config, str(tmp_path))
     try:
         optimizer = optim.make_optimizer(config.rl.learning_rate, 0, 0.0, config.rl.grad_clip)
@@ -136,7 +137,7 @@ def test_stale_batch_gets_decoupled_ppo_weights(tmp_path, monkeypatch, ppo_epoch
         expected = np.minimum(np.exp(prox_logp - batch1.batch.sampler_logp), cap)
         expected_mean = float((expected * mask).sum() / mask.sum())
         assert abs(expected_mean - 1.0) > 1e-3  # the versions differ enough for the test to mean something
-        sync = tiny_config(tis_cap=cap, ppo_epochs=ppo_epochs)
+        sync = config_lib.parse(tiny_config(tis_cap=cap, ppo_epochs=ppo_epochs))
         with pytest.raises(async_rollouts.StaleRolloutsError, match="staleness 1"):
             step_lib.learn_on_rollouts(sync, rl_programs, state, batch1, 1)
         _, metrics = step_lib.learn_on_rollouts(config, rl_programs, state, batch1, 1)
@@ -152,6 +153,7 @@ def warm_start(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("warm"))
     config = _learning_config()
     config.task.reward = tiny_config().task.reward  # SFT does not score; the test reward is registered per test
+    config = config_lib.parse(config)
     setup = setup_lib.build_setup(config, workdir)
     try:
         sft_lib.run_sft(config, setup, single_turn, jax.random.key(config.seed), metrics_lib.MetricsWriter(workdir),

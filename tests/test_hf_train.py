@@ -12,7 +12,7 @@ from tokenizers import decoders, models as tok_models, pre_tokenizers, trainers
 from rl4llm import models
 from rl4llm.models import hf_checkpoint
 from rl4llm.tokenizers import hf_tokenizer
-from rl4llm.config import validation as config_validation
+from rl4llm import config as config_lib
 from rl4llm.train import job
 from rl4llm.train import setup as setup_lib
 
@@ -107,9 +107,8 @@ def test_qwen_gsm8k_recipe_runs_lora_on_a_hf_checkpoint_and_exports_a_merged_mod
 def test_llama_gsm8k_recipe_validates_on_a_llama_checkpoint(tmp_path):
     c = _recipe("llama3_2_1b_gsm8k", tmp_path, qkv_bias=False,
                 rope_scaling=models.get_config("llama3.2-1b").rope_scaling)
-    config_validation.validate(c)
     assert hf_checkpoint.read_hf_config(c.model.hf_checkpoint)["architectures"] == ["LlamaForCausalLM"]
-    cfg = setup_lib.model_config(c, vocab_size=0)
+    cfg = setup_lib.model_config(config_lib.parse(c), vocab_size=0)
     assert cfg.rope_scaling == models.get_config("llama3.2-1b").rope_scaling and cfg.lora_rank == 32
 
 
@@ -120,8 +119,8 @@ def test_model_fields_are_validated(tmp_path):
     c.model.lora.targets = ("qkv_proj",)
     c.rl.ref_reset_every = 5
     try:
-        config_validation.validate(c)
-    except config_validation.ConfigError as e:
+        config_lib.parse(c)
+    except config_lib.ConfigError as e:
         message = str(e)
     else:
         raise AssertionError("validation passed")

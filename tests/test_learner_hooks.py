@@ -15,7 +15,7 @@ import pytest
 from configs import default
 from rl4llm import models
 from rl4llm.rl import entropy as entropy_lib
-from rl4llm.config import validation as config_validation
+from rl4llm import config as config_lib
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
 from rl4llm.train import metrics as metrics_lib
@@ -336,8 +336,8 @@ def test_completion_logprobs_use_the_models_output_projection(tied):
     ],
 )
 def test_control_fields_are_validated_by_name(rl, message):
-    with pytest.raises(config_validation.ConfigError) as info:
-        config_validation.validate(_rl_config(**rl))
+    with pytest.raises(config_lib.ConfigError) as info:
+        config_lib.parse(_rl_config(**rl))
     assert message in str(info.value)
 
 
@@ -347,4 +347,4 @@ def test_control_fields_are_validated_by_name(rl, message):
      ("canon", "ppo_clip")],
 )
 def test_methods_whose_inputs_the_loop_now_provides_are_accepted(advantage, loss):
-    config_validation.validate(_rl_config(advantage=advantage, loss=loss))
+    config_lib.parse(_rl_config(advantage=advantage, loss=loss))

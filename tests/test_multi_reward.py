@@ -11,7 +11,8 @@ from configs import default
 from rl4llm import rewards
 from rl4llm.rewards import pipeline
 from rl4llm.rl import advantages
-from rl4llm.config import validation as config_validation
+from rl4llm import config as config_lib
+from rl4llm.config import validation
 from rl4llm.train import inputs as inputs_lib
 from tests.test_recipes import _run_from_sft, sft_workdir, shrink  # noqa: F401  (module-scoped SFT fixture)
 
@@ -66,16 +67,16 @@ def _config(advantage, extra_rewards="", **task):
 
 
 def test_validation_of_reward_component_estimators():
-    with pytest.raises(config_validation.ConfigError, match=r"config\.task\.extra_rewards=''"):
-        config_validation.validate(_config("gdpo"))
-    config_validation.validate(_config("gdpo", "format_answer_tag:0.5"))
-    config_validation.validate(_config("bnpo", length_shaping="dler_truncation"))  # no extras: the combined reward
-    with pytest.raises(config_validation.ConfigError, match=r"config\.task\.length_shaping='dler_truncation'"):
-        config_validation.validate(_config("bnpo", "format_answer_tag:0.5", length_shaping="dler_truncation"))
+    with pytest.raises(config_lib.ConfigError, match=r"config\.task\.extra_rewards=''"):
+        config_lib.parse(_config("gdpo"))
+    config_lib.parse(_config("gdpo", "format_answer_tag:0.5"))
+    config_lib.parse(_config("bnpo", length_shaping="dler_truncation"))  # no extras: the combined reward
+    with pytest.raises(config_lib.ConfigError, match=r"config\.task\.length_shaping='dler_truncation'"):
+        config_lib.parse(_config("bnpo", "format_answer_tag:0.5", length_shaping="dler_truncation"))
     config = _config("gdpo", "format_answer_tag:0.5")
     config.rl.kl_in_reward = True
-    with pytest.raises(config_validation.ConfigError, match=r"config\.rl\.kl_in_reward"):
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError, match=r"config\.rl\.kl_in_reward"):
+        config_lib.parse(config)
 
 
 def test_bnpo_rejects_rewards_that_leave_its_range_unless_the_range_is_set():
@@ -85,24 +86,24 @@ def test_bnpo_rejects_rewards_that_leave_its_range_unless_the_range_is_set():
     scores = jnp.array([-0.01, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0])
     assert jnp.isnan(advantages.bnpo(scores, jnp.array([0, 0, 0, 0, 1, 1, 1, 1]), num_groups=2)).any()
     for shaper in ("dapo_overlong", "kimi_length_penalty", "laser", "laser_d"):
-        with pytest.raises(config_validation.ConfigError, match=rf"config\.task\.length_shaping='{shaper}' adds"):
-            config_validation.validate(_config("bnpo", length_shaping=shaper))
+        with pytest.raises(config_lib.ConfigError, match=rf"config\.task\.length_shaping='{shaper}' adds"):
+            config_lib.parse(_config("bnpo", length_shaping=shaper))
     config = _config("bnpo", length_shaping="dapo_overlong")
     config.rl.advantage_kwargs.r_min = -1.0
-    config_validation.validate(config)
+    config_lib.parse(config)
     config = _config("bnpo")
     config.rl.kl_in_reward = True
-    with pytest.raises(config_validation.ConfigError, match=r"config\.rl\.kl_in_reward=True subtracts"):
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError, match=r"config\.rl\.kl_in_reward=True subtracts"):
+        config_lib.parse(config)
 
 
 def test_which_runs_get_components_and_gdpo_weights():
-    assert not config_validation.uses_reward_components(default.get_config())
-    assert not config_validation.uses_reward_components(_config("grpo", "format_answer_tag:0.5"))
-    assert not config_validation.uses_reward_components(_config("bnpo"))
-    assert config_validation.uses_reward_components(_config("bnpo", "format_answer_tag:0.5"))
-    assert "weights" not in inputs_lib.advantage_kwargs(_config("bnpo", "format_answer_tag:0.5"))
-    gdpo = inputs_lib.advantage_kwargs(_config("gdpo", "format_answer_tag:0.5,final_text:0.25"))
+    assert not validation.uses_reward_components(config_lib.parse(default.get_config()))
+    assert not validation.uses_reward_components(config_lib.parse(_config("grpo", "format_answer_tag:0.5")))
+    assert not validation.uses_reward_components(config_lib.parse(_config("bnpo")))
+    assert validation.uses_reward_components(config_lib.parse(_config("bnpo", "format_answer_tag:0.5")))
+    assert "weights" not in inputs_lib.advantage_kwargs(config_lib.parse(_config("bnpo", "format_answer_tag:0.5")))
+    gdpo = inputs_lib.advantage_kwargs(config_lib.parse(_config("gdpo", "format_answer_tag:0.5,final_text:0.25")))
     assert gdpo == {"weights": (1.0, 0.5, 0.25)}
 
 
@@ -130,7 +131,7 @@ def test_gdpo_with_a_format_reward_runs_without_nans(sft_workdir, tmp_path):  # 
     config = shrink(default.get_config())
     config.rl.advantage = "gdpo"
     config.task.extra_rewards = "format_answer_tag:0.5"
-    config_validation.validate(config)
+    config_lib.parse(config)
     records = _run_from_sft(config, sft_workdir, str(tmp_path / "gdpo"))
     for record in records.values():
         assert "reward/format_answer_tag" in record and "loss/pg" in record

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
+from rl4llm import config as config_lib
 from rl4llm.models import ModelConfig, init_params
 from rl4llm.sampling import SamplingConfig
 from rl4llm.sampling import multi_turn
@@ -315,6 +316,7 @@ def test_sft_examples_train_only_the_experts_actions():
 
     config = agent_config()
     config.agent.expert_noise = 0.5
+    config = config_lib.parse(config)
     setup = agent.build_setup(config, "/tmp/rl4llm_test_multi_turn/agent_sft")
     tokens, attention, loss = jax.device_get(agent.sft_batch(config, setup, 0))
     rng = np.random.default_rng([config.seed, 0])
@@ -397,21 +399,19 @@ def test_gated_rewards_by_hand(advantage):
 
 
 def test_agent_config_errors_name_the_field():
-    from rl4llm.config import validation as config_validation
-
     c = agent_config(advantage="prime")
     c.agent.turn_reward = "tool_succes:1"
     c.agent.max_context = 0
     c.agent.guess_number.max_turns = 1
-    with pytest.raises(config_validation.ConfigError) as e:
-        config_validation.validate(c)
+    with pytest.raises(config_lib.ConfigError) as e:
+        config_lib.parse(c)
     message = str(e.value)
     for field in ("config.rl.advantage='prime'", "config.agent.max_context=0", "guess_number", "max_turns=1"):
         assert field in message, field
     for advantage in ("grpo", "mt_grpo", "igpo", "gtpo"):
-        config_validation.validate(agent_config(advantage=advantage))
+        config_lib.parse(agent_config(advantage=advantage))
     # inputs only the single-turn loop computes: ReMax's greedy baseline, PRIME's process rewards, CANON's entropies
     for advantage, needs in (("remax", "baseline_scores"), ("prime", "process_rewards"), ("canon", "seq_metric")):
-        with pytest.raises(config_validation.ConfigError, match=f"config.rl.advantage='{advantage}': needs {needs}, "
+        with pytest.raises(config_lib.ConfigError, match=f"config.rl.advantage='{advantage}': needs {needs}, "
                                                                  "which the agent loop does not provide"):
-            config_validation.validate(agent_config(advantage=advantage))
+            config_lib.parse(agent_config(advantage=advantage))

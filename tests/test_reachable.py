@@ -1,7 +1,7 @@
 """Every registered method can be named in a config: each advantage estimator, policy loss (with its token
 statistics) and length shaper passes config validation in the loop that provides its inputs -- the single-turn
 main job, or the agent loop for the turn-level estimators -- so no kernel is rejected for an input the trainer does
-not supply. Validation traces the method on the loop's inputs (`config_validation._check_values`), so the kernel
+not supply. Validation traces the method on the loop's inputs (`rl4llm.config.validation._check_values`), so the kernel
 is also called with the config's hyper-parameters. tests/test_runs_every_name.py then trains one RL step with each."""
 
 import pytest
@@ -9,7 +9,7 @@ import pytest
 from configs import default
 from rl4llm.rewards import length as length_lib
 from rl4llm.rl import registry
-from rl4llm.config import validation as config_validation
+from rl4llm import config as config_lib
 from tests.test_multi_turn import agent_config
 
 
@@ -24,18 +24,18 @@ def test_every_advantage_estimator_is_accepted_by_the_loop_that_feeds_it(name):
     config = agent_config(advantage=name) if agent else default.get_config()
     config.rl.advantage = name
     config.update_from_flattened_dict(NEEDS.get(name, {}))
-    config_validation.validate(config)
+    config_lib.parse(config)
 
 
 @pytest.mark.parametrize("name", sorted(registry.POLICY_LOSSES))
 def test_every_policy_loss_is_accepted_by_the_main_job(name):
     config = default.get_config()
     config.rl.loss = name
-    config_validation.validate(config)
+    config_lib.parse(config)
 
 
 @pytest.mark.parametrize("name", sorted(length_lib.LENGTH_SHAPING))
 def test_every_length_shaper_is_accepted_by_the_main_job(name):
     config = default.get_config()
     config.task.length_shaping = name
-    config_validation.validate(config)
+    config_lib.parse(config)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from rl4llm.config import validation as config_validation
+from rl4llm import config as config_lib
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import job
 from rl4llm.train import single_turn
@@ -139,7 +139,7 @@ def test_recipe_runs_without_nans_and_its_mechanism_acts(name, sft_workdir, tmp_
     config.task.reward = "parity"
     config.rl.learning_rate = MECHANISM_LR
     config.update_from_flattened_dict(TINY_SCALE.get(name, {}))
-    config_validation.validate(config)
+    config_lib.parse(config)
     records = _run_from_sft(config, sft_workdir, str(tmp_path / name))
     for record in records.values():
         if record.get("critic/warmup"):  # a critic warm-up step (PPO): no actor update
@@ -181,7 +181,7 @@ def test_mechanism_changes_the_gradient_off_policy(name):
     from rl4llm.rl import registry
 
     config = importlib.import_module(f"configs.{name}").get_config()
-    kwargs = config_validation.set_kwargs(config.rl.loss_kwargs)
+    kwargs = config_lib.parse(config).rl.loss_kwargs
     agg = registry.agg_mode_for(config.rl.loss, config.rl.agg_mode)
     k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
     n, t = 32, 12
@@ -219,7 +219,7 @@ def test_dapo_ladder_adds_one_component_per_rung():
 
     rungs = [dapo_ladder.get_config(r) for r in dapo_ladder.RUNGS]
     for rung in rungs:
-        config_validation.validate(rung)
+        config_lib.parse(rung)
     settings = [(r.rl.loss_kwargs.clip_high, r.task.length_shaping, r.rl.agg_mode, r.selection.method) for r in rungs]
     assert settings == [
         (0.2, "none", "seq-mean-token-mean", "uniform"),
@@ -251,7 +251,7 @@ def test_all_hooks_together_run_without_nans(sft_workdir, tmp_path):
             ref_reset_every=1,
         )
     )
-    config_validation.validate(config)
+    config_lib.parse(config)
     records = _run_from_sft(config, sft_workdir, str(tmp_path / "hooks"))
     for key in ("greedy_baseline_reward", "is_weight", "kl", "kl_coef", "entropy_coef"):
         assert key in records[1], key
@@ -320,7 +320,7 @@ def test_ppo_shared_trunk_with_minibatches_runs_without_nans(sft_workdir, tmp_pa
     config.critic.shared_trunk = True
     config.rl.num_minibatches = 2
     config.rl.ppo_epochs = 2
-    config_validation.validate(config)
+    config_lib.parse(config)
     records = _run_from_sft(config, sft_workdir, str(tmp_path / "ppo_shared"))
     assert records[1]["critic/warmup"] == 1.0 and "loss/pg" not in records[1]
     for key in ("loss/pg", "critic/vf_loss", "critic/vf_clip_frac", "critic/vf_explained_var", "critic/values_mean"):
@@ -334,7 +334,7 @@ def test_every_reproduction_arm_is_a_valid_config():
     for name, study in reproduce.STUDIES.items():
         for arm in study.arms:
             config = reproduce.run_config(study, arm, study.seeds[-1])
-            config_validation.validate(config)
+            config_lib.parse(config)
             assert config.rl.steps == study.rl_steps and config.seed == study.seeds[-1], (name, arm)
 
 

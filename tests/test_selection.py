@@ -22,7 +22,7 @@ from rl4llm.data import replay
 from rl4llm.data import selection
 from rl4llm.rl import losses
 from rl4llm.train import checkpointing
-from rl4llm.config import validation as config_validation
+from rl4llm import config as config_lib
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import job
 from tests.test_train import tiny_config
@@ -303,13 +303,13 @@ def test_selection_config_errors_name_the_field(updates, message):
         for part in parents:
             node = node[part]
         node[last] = value
-    with pytest.raises(config_validation.ConfigError, match=re.escape(message)):
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError, match=re.escape(message)):
+        config_lib.parse(config)
 
 
 def test_recipe_configs_are_valid():
     for recipe in (dots_recipe, bots_recipe, dynamic_sampling_recipe):
-        config_validation.validate(recipe.get_config())
+        config_lib.parse(recipe.get_config())
 
 
 # ------------------------------------------------------------------------------------- in the trainer

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from configs import default
+from rl4llm import config as config_lib
 from rl4llm import rewards
 from rl4llm.data import countdown
 from rl4llm.data import modular
@@ -139,8 +140,6 @@ def test_registry_arithmetic_is_the_arithmetic_module():
     ],
 )
 def test_task_config_errors_name_the_field(overrides, message):
-    from rl4llm.config import validation as config_validation
-
     config = default.get_config()
     for path, value in overrides.items():
         node = config.task
@@ -148,17 +147,15 @@ def test_task_config_errors_name_the_field(overrides, message):
         for part in parents:
             node = node[part]
         node[leaf] = value
-    with pytest.raises(config_validation.ConfigError, match=re.escape(message)):
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError, match=re.escape(message)):
+        config_lib.parse(config)
 
 
 def test_default_config_with_every_pipeline_option_is_valid():
-    from rl4llm.config import validation as config_validation
-
     config = default.get_config()
     config.task.update(
         {"extra_rewards": "format_answer_tag:0.1", "extra_rewards_mode": "if_correct", "length_shaping": "laser",
          "pseudo_labels": "majority_vote", "reward_workers": 2}
     )
     config.task.length_shaping_kwargs.target = 8
-    config_validation.validate(config)
+    config_lib.parse(config)

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from rl4llm.config import validation as config_validation
+from rl4llm import config as config_lib
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import job
 from rl4llm.train import setup as setup_lib
@@ -94,8 +94,7 @@ def test_countdown_recipe_scores_its_reference_solutions(tmp_path):
     from configs import grpo_countdown
 
     assert "--config=configs/grpo_countdown.py" in grpo_countdown.get_config.__doc__
-    config = grpo_countdown.get_config()
-    config_validation.validate(config)
+    config = config_lib.parse(grpo_countdown.get_config())
     setup = setup_lib.build_setup(config, str(tmp_path))
     try:
         examples = setup.task.source.train_examples(0, 8)
@@ -122,7 +121,7 @@ def test_gsm8k_local_recipe_runs(tmp_path):
     _write_gsm8k(config.task.local.train_path, 40)
     _write_gsm8k(config.task.local.test_path, 8, offset=100)
     config.sampling.prompt_bucket = 48
-    config_validation.validate(config)
+    config_lib.parse(config)
     job.run(config, str(tmp_path / "run"))
     for record in _rl_records(str(tmp_path / "run")).values():
         assert record["reward/timeouts"] == 0 and record["reward/errors"] == 0

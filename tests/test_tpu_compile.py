@@ -32,7 +32,7 @@ def small_run(preset: str, mesh: tuple[int, int, int]):
     c.rl.kl_coef = 0.01
     c.sampling.max_new_tokens = NEW_TOKENS
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
-    return c
+    return aot.parse_for_slice(c)
 
 
 def num_params(preset: str) -> int:

@@ -16,7 +16,7 @@ from rl4llm import models
 from rl4llm import rewards
 from rl4llm.rewards import arithmetic as arithmetic_reward
 from rl4llm.train import checkpointing
-from rl4llm.config import validation as config_validation
+from rl4llm import config as config_lib
 from rl4llm.train import evaluate
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import metrics as metrics_lib
@@ -297,9 +297,9 @@ def test_dr_grpo_normaliser_is_one_constant_whatever_the_padded_length():
     unpadded, padded = loss_and_grad_norm(0, 0.0), loss_and_grad_norm(pad, 0.0)  # C = the padded length: 6, then 11
     np.testing.assert_allclose(padded[1], unpadded[1] * t / (t + pad), rtol=1e-5)
     config = default.get_config()
-    assert programs.learner_config(config).agg_norm_length == config.sampling.max_new_tokens
+    assert programs.learner_config(config_lib.parse(config)).agg_norm_length == config.sampling.max_new_tokens
     config.agent.env = "guess_number"
-    assert programs.learner_config(config).agg_norm_length == config.agent.max_context
+    assert programs.learner_config(config_lib.parse(config)).agg_norm_length == config.agent.max_context
 
 
 @pytest.mark.parametrize(
@@ -342,8 +342,8 @@ def test_config_validation_names_the_field(field, value, message):
     for part in path:
         node = node[part]
     node[last] = value
-    with pytest.raises(config_validation.ConfigError, match=None) as info:
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError, match=None) as info:
+        config_lib.parse(config)
     assert message in str(info.value)
 
 
@@ -354,12 +354,12 @@ def test_cosine_schedule_without_updates_after_warmup_is_named():
     config.sft.lr_schedule, config.sft.steps = "cosine", 16
     config.rl.lr_schedule, config.rl.steps, config.rl.ppo_epochs, config.rl.num_minibatches = "cosine", 2, 2, 2
     config.rl.warmup_steps = 8
-    with pytest.raises(config_validation.ConfigError) as info:
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError) as info:
+        config_lib.parse(config)
     assert "config.sft.lr_schedule='cosine' with config.sft.warmup_steps=20: the stage makes only 16" in str(info.value)
     assert "config.rl.lr_schedule='cosine' with config.rl.warmup_steps=8: the stage makes only 8" in str(info.value)
     config.rl.warmup_steps, config.sft.steps = 7, 21
-    config_validation.validate(config)
+    config_lib.parse(config)
 
 
 def test_cosine_learning_rate_schedule_hand_values():
@@ -376,48 +376,47 @@ def test_cosine_learning_rate_schedule_hand_values():
 def test_unknown_loss_hyperparameter_is_named():
     config = default.get_config()
     config.rl.loss_kwargs.clip_hgh = 0.3
-    with pytest.raises(config_validation.ConfigError) as info:
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError) as info:
+        config_lib.parse(config)
     assert "config.rl.loss_kwargs.clip_hgh" in str(info.value) and "clip_high" in str(info.value)
 
 
 def test_hyperparameter_of_another_method_is_rejected_and_unset_ones_are_not_passed():
     config = default.get_config()
     config.rl.loss_kwargs.tau = 0.1  # a kimi hyper-parameter, not ppo_clip's
-    with pytest.raises(config_validation.ConfigError) as info:
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError) as info:
+        config_lib.parse(config)
     assert "config.rl.loss_kwargs.tau: not a hyper-parameter of this method" in str(info.value)
     config = default.get_config()
     config.rl.loss = "cispo"
     config.rl.loss_kwargs.clip_high = 5.0
-    config_validation.validate(config)
-    assert config_validation.set_kwargs(config.rl.loss_kwargs) == {"clip_high": 5.0}
+    assert config_lib.parse(config).rl.loss_kwargs == {"clip_high": 5.0}
 
 
 def test_critic_fields_are_validated():
     config = default.get_config()
     config.rl.advantage = "gae"  # the loop provides the critic's values
-    config_validation.validate(config)
+    config_lib.parse(config)
     config.critic.cliprange_value = 0.0
     config.critic.value_loss_coef = -1.0
     config.critic.checkpoint = "/nonexistent/critic"
-    with pytest.raises(config_validation.ConfigError) as info:
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError) as info:
+        config_lib.parse(config)
     for field in ("critic.cliprange_value", "critic.value_loss_coef", "critic.checkpoint"):
         assert f"config.{field}=" in str(info.value)
     config = default.get_config()
     config.critic.warmup_steps = 2  # GRPO trains no critic
-    with pytest.raises(config_validation.ConfigError, match="trains no critic"):
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError, match="trains no critic"):
+        config_lib.parse(config)
 
 
 def test_default_config_is_valid_and_all_errors_are_reported_together():
-    config_validation.validate(default.get_config())
+    config_lib.parse(default.get_config())
     config = default.get_config()
     config.rl.num_generations = 1
     config.sampling.max_new_tokens = 0
-    with pytest.raises(config_validation.ConfigError) as info:
-        config_validation.validate(config)
+    with pytest.raises(config_lib.ConfigError) as info:
+        config_lib.parse(config)
     assert "rl.num_generations" in str(info.value) and "sampling.max_new_tokens" in str(info.value)
 
 

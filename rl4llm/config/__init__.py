@@ -1,4 +1,7 @@
-"""A run's config: the `agent` section's defaults (`agent`), and validation before anything is built (`validate`):
-every error names its field, all of a config's errors are reported at once. `configs/*.py` import only this."""
+"""A run's config. Its fields, defaults, docs and bounds: `sections` (`python -m rl4llm.config` prints them).
+`defaults()` is the editable form (ml_collections) that `configs/*.py` and `--config.<field>=` change;
+`parse(config) -> RunConfig` checks it (every error named at once, `ConfigError`) and gives the typed, frozen form
+the training stack reads. `configs/*.py` import only this package."""
 
-from rl4llm.config.validation import ConfigError, hyperparameter_fields, validate  # noqa: F401
+from rl4llm.config.parse import ConfigError, defaults, describe, parse  # noqa: F401
+from rl4llm.config.sections import RunConfig  # noqa: F401

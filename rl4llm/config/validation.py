@@ -1,82 +1,31 @@
-"""Validation of a run's config, before anything is built or compiled.
-
-Every error names the field (as it is written on the command line, `config.rl.num_generations`)
-and says what is allowed, and all problems of a config are reported at once.
+"""The checks of a run config that read several fields or sections (`rl4llm.config.parse` runs them after every
+field's own bound, `rl4llm.config.sections`): batch divisibility, method signatures traced on shapes, reward
+ranges, companions, selection, mesh. Every error names the field as the command line writes it
+(`config.rl.num_generations`); `errors(config, invalid)` returns them all.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import os
 import re
-import types
-import typing
 
 import jax
 import jax.numpy as jnp
-import ml_collections
-from ml_collections import config_dict
 
 from rl4llm import models
 from rl4llm import rewards
+from rl4llm.config import agent as agent_config
 from rl4llm.data import selection as selection_lib
 from rl4llm.data import tasks
 from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import length as length_lib
-from rl4llm.rewards import pipeline as pipeline_lib
-from rl4llm.rl import aggregation
-from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import registry
-from rl4llm.config import agent as agent_config
-
-# Learning-rate schedules after the warm-up (`train.optim.learning_rate_schedule`).
-LR_SCHEDULES = ("constant", "cosine")
-
-
-class ConfigError(ValueError):
-    """An invalid config; the message lists every offending field."""
-
-
-_SCALAR_TYPES = (bool, int, float, str)
 
 
 def _unwrap(fn):
     return fn.func if isinstance(fn, functools.partial) else fn
-
-
-def _scalar_type(annotation):
-    """float for `float`, `Optional[float]`, `float | None`; None for non-scalar annotations."""
-    if annotation in _SCALAR_TYPES:
-        return annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return args[0] if len(args) == 1 and args[0] in _SCALAR_TYPES else None
-    return None
-
-
-def hyperparameter_fields(table: dict, standard_inputs: tuple) -> ml_collections.ConfigDict:
-    """One typed `None` placeholder per scalar hyper-parameter of any method in a registry table.
-
-    Used for `config.rl.advantage_kwargs` / `config.rl.loss_kwargs`: every hyper-parameter can be set
-    from the command line (`--config.rl.loss_kwargs.clip_high=0.28`); `None` means "the method's own
-    default", and only the fields that are set are passed to the selected method.
-    """
-    fields = {}
-    for fn in table.values():
-        fn = _unwrap(fn)
-        hints = typing.get_type_hints(fn)
-        for name in inspect.signature(fn).parameters:
-            field_type = _scalar_type(hints.get(name))
-            if name not in standard_inputs and field_type is not None:
-                fields.setdefault(name, config_dict.placeholder(field_type))
-    return ml_collections.ConfigDict(dict(sorted(fields.items())))
-
-
-def set_kwargs(kwargs: ml_collections.ConfigDict) -> dict:
-    """The hyper-parameters that are set (not None) in a `*_kwargs` config field."""
-    return {k: v for k, v in kwargs.to_dict().items() if v is not None}
 
 
 def agg_norm_length(config) -> int:
@@ -104,7 +53,7 @@ def _reward_range_errors(config) -> list[str]:
     rl, task = config.rl, config.task
     if rl.advantage != "bnpo" or uses_reward_components(config):
         return []
-    kwargs = set_kwargs(rl.advantage_kwargs)
+    kwargs = rl.advantage_kwargs
     if "r_min" in kwargs or "r_max" in kwargs:
         return []  # the user states the range
     errors = []
@@ -158,42 +107,14 @@ def _reward_component_errors(config) -> list[str]:
 def _check_cosine_has_decay(errors: list, config, stage: str) -> None:
     """A cosine schedule decays over the updates after the warm-up, so a stage that runs needs more updates than
     `warmup_steps` (the RL stage's updates are steps x ppo_epochs x num_minibatches)."""
-    c = config[stage]
-    counts = (c.steps, c.warmup_steps) + ((c.ppo_epochs, c.num_minibatches) if stage == "rl" else ())
-    if c.lr_schedule != "cosine" or not all(isinstance(n, int) for n in counts) or c.steps <= 0:
-        return  # other checks name malformed counts
+    c = getattr(config, stage)
+    if c.lr_schedule != "cosine" or c.steps <= 0:
+        return
     updates = c.steps * (c.ppo_epochs * c.num_minibatches if stage == "rl" else 1)
     if updates <= c.warmup_steps:
         errors.append(f"config.{stage}.lr_schedule='cosine' with config.{stage}.warmup_steps={c.warmup_steps}: "
                       f"the stage makes only {updates} updates, none left to decay over; lower warmup_steps or use "
                       f"'constant'")
-
-
-def _check_positive_int(errors, config, path, *, minimum=1):
-    value = _get(config, path)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        errors.append(f"config.{path}={value!r}: must be an integer >= {minimum}")
-
-
-def _check_range(errors, config, path, low, high, *, low_open=False):
-    value = _get(config, path)
-    ok = isinstance(value, (int, float)) and (low < value if low_open else low <= value) and value <= high
-    if not ok:
-        bracket = "(" if low_open else "["
-        errors.append(f"config.{path}={value!r}: must lie in {bracket}{low}, {high}]")
-
-
-def _check_choice(errors, config, path, allowed):
-    value = _get(config, path)
-    if value not in allowed:
-        errors.append(f"config.{path}={value!r}: unknown; allowed: {', '.join(sorted(allowed))}")
-
-
-def _get(config, path):
-    node = config
-    for part in path.split("."):
-        node = node[part]
-    return node
 
 
 def _check_inputs_provided(errors, path, name, fn, standard_inputs, provided, loop="training loop"):
@@ -250,70 +171,53 @@ def _check_values(errors, path, adapter, inputs, static):
 
 
 def _method_errors(config) -> list[str]:
+    """The advantage estimator and the policy loss: their hyper-parameters are theirs and within their ranges
+    (the kernels are traced on shapes with them), and the rollout source provides their standard inputs."""
     errors = []
     rl = config.rl
-    _check_choice(errors, config, "rl.advantage", registry.ADVANTAGES)
-    _check_choice(errors, config, "rl.loss", registry.POLICY_LOSSES)
     agent = agent_config.is_agent_config(config)
     provided = registry.COMMON_ADVANTAGE_INPUTS + (
         registry.MULTI_TURN_ADVANTAGE_INPUTS if agent else registry.SINGLE_TURN_ADVANTAGE_INPUTS)
-    if rl.advantage in registry.ADVANTAGES:
+    if rl.advantage in registry.ADVANTAGES:  # else its own bound names it
         fn = _unwrap(registry.ADVANTAGES[rl.advantage])
         before = len(errors)
-        _check_kwargs(errors, "rl.advantage_kwargs", fn, set_kwargs(rl.advantage_kwargs), registry.ADVANTAGE_INPUTS)
+        _check_kwargs(errors, "rl.advantage_kwargs", fn, rl.advantage_kwargs, registry.ADVANTAGE_INPUTS)
         _check_inputs_provided(errors, "rl.advantage", rl.advantage, fn, registry.ADVANTAGE_INPUTS, provided,
                                "agent loop" if agent else "training loop")
         if len(errors) == before:
-            static = {"num_groups": 2, **set_kwargs(rl.advantage_kwargs)}
+            static = {"num_groups": 2, **rl.advantage_kwargs}
             adapter = registry.get_advantage(rl.advantage)
             _check_values(errors, "rl.advantage_kwargs", adapter, _abstract_inputs(provided), static)
     if rl.loss in registry.POLICY_LOSSES:
         fn = _unwrap(registry.POLICY_LOSSES[rl.loss])
         before = len(errors)
-        _check_kwargs(errors, "rl.loss_kwargs", fn, set_kwargs(rl.loss_kwargs), registry.LOSS_INPUTS)
+        _check_kwargs(errors, "rl.loss_kwargs", fn, rl.loss_kwargs, registry.LOSS_INPUTS)
         _check_inputs_provided(errors, "rl.loss", rl.loss, fn, registry.LOSS_INPUTS, registry.LOSS_INPUTS)
         if len(errors) == before:
-            static = {"key": jax.random.key(0), **set_kwargs(rl.loss_kwargs)}
+            static = {"key": jax.random.key(0), **rl.loss_kwargs}
             adapter = registry.get_policy_loss(rl.loss)
             _check_values(errors, "rl.loss_kwargs", adapter, _abstract_inputs(registry.LOSS_INPUTS), static)
-    _check_choice(errors, config, "rl.agg_mode", aggregation.AGG_MODES)
-    _check_choice(errors, config, "rl.kl_kind", kl_lib.KINDS)
     return errors
 
 
 def _control_errors(config) -> list[str]:
-    """KL / entropy control, token selection and importance-sampling fields."""
+    """KL / entropy control and asynchronous rollouts against the rest of the run."""
     errors = []
     rl = config.rl
-    if not isinstance(rl.kl_in_reward, bool):
-        errors.append(f"config.rl.kl_in_reward={rl.kl_in_reward!r}: must be True or False")
-    _check_range(errors, config, "rl.kl_target", 0.0, 1e3)
-    _check_positive_int(errors, config, "rl.kl_horizon")
-    _check_positive_int(errors, config, "rl.ref_reset_every", minimum=0)
-    _check_range(errors, config, "rl.entropy_target", 0.0, 1e3)
-    _check_range(errors, config, "rl.entropy_coef_delta", 0.0, 1.0)
-    _check_choice(errors, config, "rl.token_selection", {"all", "high_entropy"})
-    _check_range(errors, config, "rl.token_selection_rho", 0.0, 1.0, low_open=True)
-    _check_range(errors, config, "rl.proxy_min_p", 0.0, 1.0, low_open=True)
-    _check_range(errors, config, "rl.tis_cap", 0.0, 1e9)
-    _check_choice(errors, config, "rl.tis_level", {"token", "sequence"})
-    if not isinstance(rl.async_rollouts, bool):
-        errors.append(f"config.rl.async_rollouts={rl.async_rollouts!r}: must be True or False")
-    _check_positive_int(errors, config, "rl.max_staleness")
-    if rl.async_rollouts is True and isinstance(rl.tis_cap, (int, float)) and rl.tis_cap <= 0:
+    if rl.async_rollouts and rl.tis_cap <= 0:
         errors.append(
             f"config.rl.tis_cap={rl.tis_cap!r}: asynchronous rollouts (config.rl.async_rollouts=True) learn from "
             "older params' samples; set a truncated-IS cap > 0 (e.g. 2.0) to correct for the sampler mismatch"
         )
-    if rl.async_rollouts is True and agent_config.is_agent_config(config):
+    if rl.async_rollouts and agent_config.is_agent_config(config):
         errors.append("config.rl.async_rollouts=True: only single-turn runs collect rollouts in the background; "
                       f"agent runs (config.agent.env={config.agent.env!r}) are synchronous")
-    if rl.async_rollouts is True and config.distributed.initialize:
+    if rl.async_rollouts and config.distributed.initialize:
         errors.append(
             "config.rl.async_rollouts=True: the sampler thread and the learner launch programs in an order that "
             "differs between hosts, which multi-host runs (config.distributed.initialize=True) cannot do; turn one off"
         )
-    if isinstance(rl.kl_coef, (int, float)) and rl.kl_coef <= 0:
+    if rl.kl_coef <= 0:
         for path, value, what in (
             ("rl.kl_in_reward", rl.kl_in_reward, "puts the KL penalty in the reward"),
             ("rl.kl_target", rl.kl_target, "adapts the KL coefficient"),
@@ -321,7 +225,7 @@ def _control_errors(config) -> list[str]:
         ):
             if value:
                 errors.append(f"config.{path}={value!r}: {what}, but config.rl.kl_coef=0 turns KL off; set it > 0")
-    if isinstance(rl.entropy_target, (int, float)) and rl.entropy_target > 0 and not 0 <= rl.entropy_coef <= 1:
+    if rl.entropy_target > 0 and not 0 <= rl.entropy_coef <= 1:
         errors.append(
             f"config.rl.entropy_coef={rl.entropy_coef!r}: the adaptive entropy coefficient "
             f"(config.rl.entropy_target={rl.entropy_target}) starts here and stays in [0, 1]"
@@ -330,14 +234,9 @@ def _control_errors(config) -> list[str]:
 
 
 def _batch_errors(config) -> list[str]:
+    """Groups of >= 2, minibatches that divide the batch, micro-batches that divide a minibatch; schedules."""
     errors = []
     rl = config.rl
-    for path in ("rl.num_prompts", "rl.num_generations", "rl.ppo_epochs", "rl.num_minibatches"):
-        _check_positive_int(errors, config, path)
-    _check_positive_int(errors, config, "rl.micro_batch_size", minimum=0)
-    _check_positive_int(errors, config, "rl.agg_norm_length", minimum=0)
-    if errors:
-        return errors
     if rl.num_generations < 2:
         errors.append(
             f"config.rl.num_generations={rl.num_generations}: group-relative advantages need a group "
@@ -354,20 +253,25 @@ def _batch_errors(config) -> list[str]:
             f"config.rl.micro_batch_size={rl.micro_batch_size}: must divide the minibatch of "
             f"{batch // rl.num_minibatches} sequences (0 = no accumulation)"
         )
+    for stage in ("sft", "rl"):
+        _check_cosine_has_decay(errors, config, stage)
     return errors
 
 
 def _task_errors(config) -> list[str]:
-    """The selected non-arithmetic task's section, and the reward pipeline fields of `config.task`."""
+    """The arithmetic operand range, the selected non-arithmetic task's section, and the reward pipeline."""
     errors = []
     task = config.task
+    if task.max_operands < task.min_operands:
+        errors.append(
+            f"config.task.max_operands={task.max_operands}: must be >= config.task.min_operands={task.min_operands}"
+        )
     if task.name in tasks.SECTIONS:
         try:
-            section = dict(task[task.name])
-            tasks.SECTIONS[task.name](**section, seed=0)
+            tasks.SECTIONS[task.name](**getattr(task, task.name), seed=0)
         except (TypeError, ValueError) as e:
             errors.append(f"config.task.{task.name}: {e}")
-        if task.name == "local" and not task.local.train_path:
+        if task.name == "local" and not task.local["train_path"]:
             errors.append("config.task.local.train_path='': set it to a local JSONL/JSON/Parquet file or TFDS dir")
     try:
         weights = combine_lib.parse_weights(task.extra_rewards)
@@ -377,96 +281,41 @@ def _task_errors(config) -> list[str]:
                 errors.append(f"config.task.extra_rewards: unknown reward {name!r}; known: {known}")
     except ValueError as e:
         errors.append(f"config.task.extra_rewards={task.extra_rewards!r}: {e}")
-    _check_choice(errors, config, "task.extra_rewards_mode", combine_lib.COMBINE_MODES)
-    _check_choice(errors, config, "task.length_shaping", {"none", *length_lib.LENGTH_SHAPING})
     if task.length_shaping in length_lib.LENGTH_SHAPING:
         fn = length_lib.LENGTH_SHAPING[task.length_shaping]
-        _check_kwargs(
-            errors, "task.length_shaping_kwargs", fn, set_kwargs(task.length_shaping_kwargs), length_lib.STANDARD_INPUTS
-        )
-    _check_choice(errors, config, "task.pseudo_labels", pipeline_lib.PSEUDO_LABELS)
+        _check_kwargs(errors, "task.length_shaping_kwargs", fn, task.length_shaping_kwargs, length_lib.STANDARD_INPUTS)
     if task.pseudo_labels == "majority_vote" and task.reward not in rewards.EXTRACTORS:
         errors.append(
             f"config.task.pseudo_labels='majority_vote': reward {task.reward!r} has no answer extractor; "
             f"use one of {', '.join(sorted(rewards.EXTRACTORS))}"
         )
-    _check_positive_int(errors, config, "task.reward_workers", minimum=0)
-    _check_range(errors, config, "task.reward_timeout_s", 0.0, 1e6, low_open=True)
     return errors
 
 
 def _selection_errors(config) -> list[str]:
-    """Prompt selection, replay, rollout allocation, hints and curriculum (config.selection.*)."""
+    """Prompt selection, replay, rollout allocation, hints and curriculum (config.selection.*) against the run."""
     errors = []
-    sel = config.selection
-    _check_choice(errors, config, "selection.method", selection_lib.METHODS)
-    _check_positive_int(errors, config, "selection.max_gen_rounds")
-    _check_range(errors, config, "selection.acc_low", 0.0, 1.0)
-    _check_range(errors, config, "selection.acc_high", 0.0, 1.0)
-    if not errors and sel.acc_low > sel.acc_high:
+    sel, rl = config.selection, config.rl
+    method = sel.method
+    if sel.acc_low > sel.acc_high:
         errors.append(f"config.selection.acc_low={sel.acc_low}: must be <= config.selection.acc_high={sel.acc_high}")
-    _check_positive_int(errors, config, "selection.pool_size")
-    _check_range(errors, config, "selection.target", 0.0, 1.0)
-    _check_range(errors, config, "selection.dots_temperature", 0.0, 1e3, low_open=True)
-    _check_range(errors, config, "selection.bots_temperature", 0.0, 1e3)
-    _check_range(errors, config, "selection.bots_decay", 0.0, 1.0)
-    _check_range(errors, config, "selection.bots_implicit_weight", 0.0, 1.0)
-    _check_range(errors, config, "selection.bots_prior", 0.0, 1e6, low_open=True)
-    _check_positive_int(errors, config, "selection.replay_capacity", minimum=0)
-    _check_range(errors, config, "selection.replay_fresh_fraction", 0.0, 1.0, low_open=True)
-    _check_positive_int(errors, config, "selection.knapsack_min_n", minimum=2)
-    _check_positive_int(errors, config, "selection.knapsack_max_n", minimum=2)
-    _check_positive_int(errors, config, "selection.curriculum_steps", minimum=0)
-    _check_positive_int(errors, config, "selection.curriculum_start_operands", minimum=2)
-    _check_positive_int(errors, config, "selection.curriculum_start_max_value")
-    if not isinstance(sel.hints, bool):
-        errors.append(f"config.selection.hints={sel.hints!r}: must be True or False")
-    fractions = tuple(sel.hint_fractions)
-    if not fractions or any(not isinstance(f, (int, float)) or not 0 < f <= 1 for f in fractions) or list(
-        fractions
-    ) != sorted(fractions):
-        errors.append(f"config.selection.hint_fractions={fractions!r}: must be increasing fractions in (0, 1]")
-    if errors:
-        return errors
-    method, rl = sel.method, config.rl
-    if isinstance(rl.num_prompts, int) and method in selection_lib.POOL_METHODS and sel.pool_size < rl.num_prompts:
+    if method in selection_lib.POOL_METHODS and sel.pool_size < rl.num_prompts:
         errors.append(f"config.selection.pool_size={sel.pool_size}: must be >= config.rl.num_prompts={rl.num_prompts}")
     if sel.replay_capacity:
-        if method not in ("dots", "bots"):
-            errors.append(
-                f"config.selection.replay_capacity={sel.replay_capacity}: rollout replay needs method 'dots' or "
-                f"'bots' (per-prompt pool), not {method!r}; set it to 0"
-            )
-        if rl.tis_cap <= 0:
-            errors.append(
-                "config.rl.tis_cap=0: replayed rollouts are off-policy and need the importance weights against "
-                "their behaviour log-probs (DOTS's clip = PPO clip x pi_old/mu_b); set it > 0 (1e9: untruncated)"
-            )
-        if uses_reward_components(config):
-            errors.append(
-                f"config.selection.replay_capacity={sel.replay_capacity}: the replay buffer keeps combined rewards, "
-                f"not the reward components rl.advantage={rl.advantage!r} normalises; set it to 0"
-            )
-        if isinstance(rl.num_prompts, int) and sel.replay_capacity < rl.num_prompts:
-            errors.append(
-                f"config.selection.replay_capacity={sel.replay_capacity}: must be >= config.rl.num_prompts="
-                f"{rl.num_prompts} (or 0 for no replay)"
-            )
+        errors += _replay_errors(config)
     if method == "knapsack":
         if sel.knapsack_max_n < sel.knapsack_min_n:
             errors.append(
                 f"config.selection.knapsack_max_n={sel.knapsack_max_n}: must be >= knapsack_min_n={sel.knapsack_min_n}"
             )
-        if isinstance(rl.num_generations, int) and sel.knapsack_min_n > rl.num_generations:
+        if sel.knapsack_min_n > rl.num_generations:
             errors.append(
                 f"config.selection.knapsack_min_n={sel.knapsack_min_n}: must be <= config.rl.num_generations="
                 f"{rl.num_generations} (the budget is num_prompts x num_generations)"
             )
         if sel.hints:
             errors.append("config.selection.hints=True: not supported with method 'knapsack' (unequal groups)")
-    if method != "uniform" and rl.advantage in registry.ADVANTAGES and "baseline_scores" in registry.advantage_inputs(
-        rl.advantage
-    ):
+    if method != "uniform" and "baseline_scores" in registry.advantage_inputs(rl.advantage):
         errors.append(
             f"config.selection.method={method!r}: rl.advantage={rl.advantage!r} rolls out a greedy baseline of the "
             "step's uniform prompts; use selection.method='uniform' or another estimator"
@@ -485,60 +334,52 @@ def _selection_errors(config) -> list[str]:
     return errors
 
 
+def _replay_errors(config) -> list[str]:
+    """Rollout replay (selection.replay_capacity > 0): a per-prompt pool, importance weights, combined rewards."""
+    errors = []
+    sel, rl = config.selection, config.rl
+    if sel.method not in ("dots", "bots"):
+        errors.append(
+            f"config.selection.replay_capacity={sel.replay_capacity}: rollout replay needs method 'dots' or "
+            f"'bots' (per-prompt pool), not {sel.method!r}; set it to 0"
+        )
+    if rl.tis_cap <= 0:
+        errors.append(
+            "config.rl.tis_cap=0: replayed rollouts are off-policy and need the importance weights against "
+            "their behaviour log-probs (DOTS's clip = PPO clip x pi_old/mu_b); set it > 0 (1e9: untruncated)"
+        )
+    if uses_reward_components(config):
+        errors.append(
+            f"config.selection.replay_capacity={sel.replay_capacity}: the replay buffer keeps combined rewards, "
+            f"not the reward components rl.advantage={rl.advantage!r} normalises; set it to 0"
+        )
+    if sel.replay_capacity < rl.num_prompts:
+        errors.append(
+            f"config.selection.replay_capacity={sel.replay_capacity}: must be >= config.rl.num_prompts="
+            f"{rl.num_prompts} (or 0 for no replay)"
+        )
+    return errors
+
+
 def _critic_errors(config) -> list[str]:
     """PPO's value model (config.critic.*), trained when rl.advantage needs values (rl.advantage="gae"), and
-    PRIME's implicit PRM (config.prime.*, rl.advantage="prime")."""
+    PRIME's implicit PRM (rl.advantage="prime")."""
     errors = []
     c = config.critic
-    if not isinstance(c.shared_trunk, bool):
-        errors.append(f"config.critic.shared_trunk={c.shared_trunk!r}: must be True or False")
-    _check_range(errors, config, "critic.learning_rate", 0.0, 1.0, low_open=True)
-    _check_positive_int(errors, config, "critic.lr_warmup_steps", minimum=0)
-    _check_range(errors, config, "critic.weight_decay", 0.0, 1.0)
-    _check_range(errors, config, "critic.grad_clip", 0.0, 1e9)
-    _check_range(errors, config, "critic.cliprange_value", 0.0, 1e9, low_open=True)
-    _check_range(errors, config, "critic.value_loss_coef", 0.0, 1e3)
-    _check_positive_int(errors, config, "critic.warmup_steps", minimum=0)
     uses_critic = config.rl.advantage in registry.RETURNS_VALUE_TARGETS
     if not uses_critic and (c.warmup_steps or c.checkpoint):
         errors.append(
             f"config.critic: warmup_steps / checkpoint are set but config.rl.advantage={config.rl.advantage!r} "
             f"trains no critic (one of: {', '.join(sorted(registry.RETURNS_VALUE_TARGETS))})"
         )
-    if c.checkpoint and not os.path.isdir(c.checkpoint):
-        errors.append(f"config.critic.checkpoint={c.checkpoint!r}: not a directory (value_head.save_critic writes one)")
-    _check_range(errors, config, "prime.beta", 0.0, 1e3, low_open=True)
-    _check_range(errors, config, "prime.learning_rate", 0.0, 1.0, low_open=True)
-    _check_range(errors, config, "prime.weight_decay", 0.0, 1.0)
-    _check_range(errors, config, "prime.grad_clip", 0.0, 1e9)
-    uses_prm = config.rl.advantage in registry.ADVANTAGES and "process_rewards" in registry.advantage_inputs(
-        config.rl.advantage
-    )
-    if uses_prm and isinstance(config.rl.num_generations, int) and config.rl.num_generations < 2:
-        errors.append(
-            f"config.rl.num_generations={config.rl.num_generations}: rl.advantage={config.rl.advantage!r} "
-            "(leave-one-out per group) needs at least 2 completions per prompt"
-        )
     return errors
 
 
 def _model_errors(config) -> list[str]:
-    """HF checkpoint, precision and LoRA fields of config.model."""
+    """LoRA against the reference reset; the HF checkpoint is readable."""
     errors = []
     m = config.model
-    for path in ("model.dtype", "model.param_dtype"):
-        _check_choice(errors, config, path, {"float32", "bfloat16"})
-    _check_choice(errors, config, "model.remat", models.REMAT_MODES)
-    if not isinstance(m.export_hf, bool):
-        errors.append(f"config.model.export_hf={m.export_hf!r}: must be True or False")
-    _check_positive_int(errors, config, "model.lora.rank", minimum=0)
-    _check_range(errors, config, "model.lora.alpha", 0.0, 1e6, low_open=True)
-    targets = tuple(m.lora.targets) if isinstance(m.lora.targets, (tuple, list)) else None
-    if not targets or set(targets) - set(models.LORA_TARGETS):
-        errors.append(
-            f"config.model.lora.targets={m.lora.targets!r}: must be a non-empty tuple of {', '.join(models.LORA_TARGETS)}"
-        )
-    if isinstance(m.lora.rank, int) and m.lora.rank > 0 and config.rl.ref_reset_every:
+    if m.lora.rank > 0 and config.rl.ref_reset_every:
         errors.append(
             f"config.rl.ref_reset_every={config.rl.ref_reset_every}: with LoRA (config.model.lora.rank="
             f"{m.lora.rank}) the KL reference is the frozen base (adapters off) and cannot be reset; set it to 0"
@@ -570,9 +411,6 @@ def _mesh_errors(config) -> list[str]:
         )
     shards = meshes.learner.shape["data"] * meshes.learner.shape["fsdp"]
     rl = config.rl
-    sizes = (rl.num_prompts, rl.num_generations, rl.num_minibatches, config.sft.batch_size)
-    if not all(isinstance(v, int) and v > 0 for v in sizes):
-        return errors  # reported by the batch checks
     rows = {
         "rl.num_prompts*num_generations/num_minibatches": rl.num_prompts * rl.num_generations // rl.num_minibatches,
         "sft.batch_size": config.sft.batch_size,
@@ -586,72 +424,37 @@ def _mesh_errors(config) -> list[str]:
     return errors
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
-    """Raises ConfigError listing every invalid field of `config`."""
-    errors = []
-    task = config.task
-    _check_choice(errors, config, "task.name", tasks.TASKS)
-    _check_positive_int(errors, config, "task.min_operands", minimum=2)
-    _check_positive_int(errors, config, "task.max_operands", minimum=2)
-    if (
-        isinstance(task.max_operands, int)
-        and isinstance(task.min_operands, int)
-        and task.max_operands < task.min_operands
-    ):
-        errors.append(
-            f"config.task.max_operands={task.max_operands}: must be >= config.task.min_operands={task.min_operands}"
-        )
-    _check_positive_int(errors, config, "task.max_value")
-    if not task.operators or set(task.operators) - set("+-*"):
-        errors.append(f"config.task.operators={task.operators!r}: must be a non-empty subset of '+-*'")
-    _check_range(errors, config, "task.test_fraction", 0.0, 0.5, low_open=True)
-    _check_choice(errors, config, "task.reward", rewards.REWARDS)
-    errors += _task_errors(config)
-    _check_choice(errors, config, "model.preset", models.PRESETS)
-    errors += _model_errors(config)
-
-    _check_range(errors, config, "sampling.temperature", 0.0, 100.0, low_open=True)
-    _check_positive_int(errors, config, "sampling.top_k", minimum=0)
-    _check_range(errors, config, "sampling.top_p", 0.0, 1.0, low_open=True)
-    _check_positive_int(errors, config, "sampling.max_new_tokens")
-    _check_positive_int(errors, config, "sampling.prompt_bucket")
-
-    for stage in ("sft", "rl"):
-        _check_positive_int(errors, config, f"{stage}.steps", minimum=0)
-        _check_range(errors, config, f"{stage}.learning_rate", 0.0, 1.0, low_open=True)
-        _check_positive_int(errors, config, f"{stage}.warmup_steps", minimum=0)
-        _check_choice(errors, config, f"{stage}.lr_schedule", LR_SCHEDULES)
-        _check_cosine_has_decay(errors, config, stage)
-        _check_range(errors, config, f"{stage}.weight_decay", 0.0, 1.0)
-        _check_range(errors, config, f"{stage}.grad_clip", 0.0, 1e9)
-    _check_positive_int(errors, config, "sft.batch_size")
-    _check_range(errors, config, "rl.kl_coef", 0.0, 1e3)
-    _check_range(errors, config, "rl.entropy_coef", -1e3, 1e3)
-    _check_positive_int(errors, config, "rl.logprob_chunk_size")
-    _check_positive_int(errors, config, "rl.logprob_vocab_chunk_size", minimum=0)
-    errors += _batch_errors(config)
-    errors += _method_errors(config)
-    errors += _reward_component_errors(config)
-    errors += _reward_range_errors(config)
-    errors += _control_errors(config)
-    errors += _critic_errors(config)
-    errors += _selection_errors(config)
-    if agent_config.is_agent_config(config):
-        errors += agent_config.agent_config_errors(config)
-    errors += _mesh_errors(config)
-
-    _check_positive_int(errors, config, "eval.num_examples")
-    _check_positive_int(errors, config, "eval.every")
-    _check_positive_int(errors, config, "eval.pass_n")
+def _eval_errors(config) -> list[str]:
     bad_k = [k for k in config.eval.pass_k if not isinstance(k, int) or not 1 <= k <= config.eval.pass_n]
     if bad_k:
-        errors.append(
-            f"config.eval.pass_k={tuple(config.eval.pass_k)!r}: every k must be an integer in "
-            f"[1, config.eval.pass_n={config.eval.pass_n}]"
-        )
-    _check_positive_int(errors, config, "log_every")
-    _check_positive_int(errors, config, "max_skipped_updates")
-    _check_positive_int(errors, config, "checkpoint.every")
-    _check_positive_int(errors, config, "checkpoint.max_to_keep")
-    if errors:
-        raise ConfigError("Invalid config:\n  " + "\n  ".join(errors))
+        return [f"config.eval.pass_k={tuple(config.eval.pass_k)!r}: every k must be an integer in "
+                f"[1, config.eval.pass_n={config.eval.pass_n}]"]
+    return []
+
+
+# Each check across fields, and the sections whose fields it needs within their bounds (its arithmetic divides by
+# them); the others guard what they read, so a config's errors are all reported at once.
+CHECKS = (
+    (_task_errors, ()),
+    (_model_errors, ()),
+    (_batch_errors, ("rl", "sft")),
+    (_method_errors, ()),
+    (_reward_component_errors, ()),
+    (_reward_range_errors, ()),
+    (_control_errors, ()),
+    (_critic_errors, ()),
+    (_selection_errors, ("rl", "selection")),
+    (agent_config.agent_config_errors, ()),
+    (_mesh_errors, ("rl", "sft")),
+    (_eval_errors, ()),
+)
+
+
+def errors(config, invalid: frozenset = frozenset()) -> list[str]:
+    """Every error of the checks across fields of `config` (a `sections.RunConfig`), but those that need a section
+    in `invalid` (one with a field out of its bound)."""
+    out = []
+    for check, needs in CHECKS:
+        if not invalid.intersection(needs):
+            out += check(config)
+    return out

@@ -46,7 +46,7 @@ def _arithmetic(task_config, seed: int):
 
 def _from_section(module, config_cls) -> Callable:
     def build(task_config, seed: int):
-        fields = dict(task_config[module.__name__.rsplit(".", 1)[-1]])
+        fields = dict(getattr(task_config, module.__name__.rsplit(".", 1)[-1]))
         return module.source(config_cls(**fields, seed=seed))
 
     return build

@@ -28,14 +28,14 @@ MESH_AXES = ("data", "fsdp", "tensor")
 SAMPLER_PLACEMENTS = ("shared", "colocated", "disaggregated")
 
 
-def mesh_shape(sizes: Mapping[str, int], num_devices: int, *, field: str = "config.mesh.") -> tuple[int, ...]:
-    """Sizes of (data, fsdp, tensor) from `sizes[<prefix>axis]` (>= 1, or -1 for "the rest"), for `num_devices`
+def mesh_shape(sizes, num_devices: int, *, field: str = "config.mesh.") -> tuple[int, ...]:
+    """Sizes of (data, fsdp, tensor) from the fields `<prefix>axis` of `sizes` (`config.mesh`) (>= 1, or -1 for "the rest"), for `num_devices`
     devices, where `field` = `config.mesh.<prefix>` names the fields in errors.
 
     At most one size is -1; the product must equal `num_devices`.
     """
     prefix = field.removeprefix("config.mesh.")
-    values = {axis: int(sizes[prefix + axis]) for axis in MESH_AXES}
+    values = {axis: int(getattr(sizes, prefix + axis)) for axis in MESH_AXES}
     bad = [f"{field}{a}={v}" for a, v in values.items() if v < 1 and v != -1]
     if bad:
         raise ValueError(f"{', '.join(bad)}: mesh axis sizes must be >= 1, or -1 for 'the remaining devices'.")

@@ -72,7 +72,7 @@ def build_setup(config, workdir: str) -> AgentSetup:
     """Env task source, tokenizer (trained on expert transcripts, cached in the workdir), model and sampler configs."""
     agent = config.agent
     entry = envs_lib.ENVS[agent.env]
-    env_cfg = envs_lib.build_config(agent.env, agent[agent.env], config.seed)
+    env_cfg = envs_lib.build_config(agent.env, getattr(agent, agent.env), config.seed)
     source = entry.source(env_cfg)
     tokenizer = setup_lib.model_tokenizer(config, workdir, types.SimpleNamespace(name=agent.env, source=source))
     model_cfg = setup_lib.model_config(config, tokenizer.vocab_size)

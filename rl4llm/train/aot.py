@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
 from rl4llm import models
 from rl4llm import sampling
@@ -62,13 +63,22 @@ class Program:
         return not self.error
 
 
-def without_files(config):
-    """A copy of `config` that reads nothing from disk: no HF checkpoint (its preset's shapes), no critic
-    checkpoint. Where the checkpoint directory exists, `model_config` reads its config.json first."""
-    config = config.copy_and_resolve_references()
-    config.model.hf_checkpoint = ""
-    config.critic.checkpoint = ""
-    return config
+def without_files(config: config_lib.RunConfig) -> config_lib.RunConfig:
+    """`config` reading nothing from disk: no HF checkpoint (its preset's shapes), no critic checkpoint. Where the
+    checkpoint directory exists, `model_config` reads its config.json first."""
+    return config.replace(model={"hf_checkpoint": ""}, critic={"checkpoint": ""})
+
+
+def parse_for_slice(config: ml_collections.ConfigDict) -> config_lib.RunConfig:
+    """`rl4llm.config.parse` of a run config meant for another machine (a TPU slice): every check but those that
+    read this machine (the mesh against its devices, the HF / critic checkpoint directories); `compile_run` checks
+    the mesh against the slice."""
+    local = config.copy_and_resolve_references()
+    local.model.hf_checkpoint, local.critic.checkpoint = "", ""
+    local.mesh.data, local.mesh.fsdp, local.mesh.tensor, local.mesh.sampler = -1, 1, 1, "shared"
+    return config_lib.parse(local).replace(
+        mesh=config.mesh.to_dict(), model={"hf_checkpoint": config.model.hf_checkpoint},
+        critic={"checkpoint": config.critic.checkpoint})
 
 
 def model_config(config) -> models.ModelConfig:
@@ -214,12 +224,8 @@ def learner_programs(config, layout: layout_lib.Layout, state, optimizer, critic
     return out
 
 
-def validate(config, meshes: mesh_lib.Meshes) -> None:
-    """`config.validate` of everything but the mesh (which it checks against this machine's devices), then the
-    mesh's own check against the slice: the learner's minibatch rows split evenly over its data x fsdp axes."""
-    local = without_files(config)
-    local.mesh.data, local.mesh.fsdp, local.mesh.tensor, local.mesh.sampler = -1, 1, 1, "shared"
-    config_lib.validate(local)
+def check_rows(config: config_lib.RunConfig, meshes: mesh_lib.Meshes) -> None:
+    """The mesh's check against the slice: the learner's minibatch rows split evenly over its data x fsdp axes."""
     shards = meshes.learner.shape["data"] * meshes.learner.shape["fsdp"]
     rows = rollout_rows(config) // config.rl.num_minibatches
     if rows % shards:
@@ -235,7 +241,7 @@ def compile_run(config, devices, prompt_len: int, *, compile: bool = True) -> li
     build = functools.partial(compile_program, compile=compile)
     model_cfg = model_config(config)
     meshes = mesh_lib.meshes_from_config(config.mesh, devices)
-    validate(config, meshes)
+    check_rows(config, meshes)
     layout = layout_lib.Layout(meshes, model_cfg, rules_lib.logical_axis_rules(config.mesh.shard_params_over_data))
     state, optimizer, critic_opt = abstract_state(config, model_cfg)
     state = sharded(state, layout.state_shardings(state))
@@ -268,10 +274,8 @@ def plan_candidates(config, num_devices: int, model_cfg: models.ModelConfig) -> 
     return out
 
 
-def with_layout(config, candidate: dict):
+def with_layout(config: config_lib.RunConfig, candidate: dict) -> config_lib.RunConfig:
     """`config` with a planner candidate's mesh, remat mode and micro-batch size."""
-    config = config.copy_and_resolve_references()
-    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = candidate["mesh"]
-    config.model.remat = candidate["remat"]
-    config.rl.micro_batch_size = candidate["micro_batch_size"]
-    return config
+    data, fsdp, tensor = candidate["mesh"]
+    return config.replace(mesh=dict(data=data, fsdp=fsdp, tensor=tensor), model={"remat": candidate["remat"]},
+                          rl={"micro_batch_size": candidate["micro_batch_size"]})

@@ -152,7 +152,7 @@ def advantage_kwargs(config) -> dict:
     """The estimator's hyper-parameters: those set in `config.rl.advantage_kwargs`, and for an estimator with
     per-component `weights` (GDPO) that gets the reward components, w = (1, w_1, ..., w_{K-1}) of the main and
     extra rewards of `config.task.extra_rewards` (the weights of the combined reward)."""
-    kwargs = config_lib.set_kwargs(config.rl.advantage_kwargs)
+    kwargs = dict(config.rl.advantage_kwargs)
     estimator = inspect.signature(registry.ADVANTAGES[config.rl.advantage])
     if config_lib.uses_reward_components(config) and "weights" in estimator.parameters:
         kwargs["weights"] = (1.0, *combine_lib.parse_weights(config.task.extra_rewards).values())

@@ -1,4 +1,4 @@
-"""The job: the config validated once, then setup -> SFT warm start -> RL -> export -> summary (`run`).
+"""The job: the config parsed once (`rl4llm.config.parse`), then setup -> SFT warm start -> RL -> export -> summary (`run`).
 
 Single-turn and multi-turn (agent) runs differ only in their rollout source, a module with the same five
 functions: `build_setup(config, workdir)`, `describe(config, setup)`, `sft_batch(config, setup, step)`,
@@ -14,6 +14,7 @@ import os
 import time
 
 import jax
+import ml_collections
 
 from rl4llm import config as config_lib
 from rl4llm.parallel import distributed
@@ -25,11 +26,9 @@ from rl4llm.train import sft as sft_lib
 from rl4llm.train import setup as setup_lib
 
 
-def rollout_source(config):
+def rollout_source(config: config_lib.RunConfig):
     """The rollout source of a config: `train.agent` when `config.agent.env` names an env, else `train.single_turn`."""
-    from rl4llm.config import agent as agent_config
-
-    if agent_config.is_agent_config(config):
+    if config.agent.env:
         from rl4llm.train import agent as source
     else:
         from rl4llm.train import single_turn as source
@@ -42,19 +41,20 @@ def _write_json(path: str, text: str) -> None:
             f.write(text)
 
 
-def run(config, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
-    """Runs (or resumes) the whole job in `workdir`; returns the summary also written to summary.json. Raises
+def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after_rl_step: int | None = None) -> dict:
+    """Runs (or resumes) the whole job of `config` (its editable form, `configs/*.py`) in `workdir`; returns the
+    summary also written to summary.json. Raises
     `rl4llm.config.ConfigError` (every invalid field named) before anything is built, `checkpointing.StorageError`
     before training if the workdir cannot hold the checkpoints (or when a checkpoint write fails).
 
     `stop_after_rl_step` ends the RL stage early (as an interruption would): used by tests. On SIGTERM / SIGINT
     the stage finishes its step, checkpoints it and raises `preemption.Preempted` (`train.preemption`).
     """
-    config_lib.validate(config)
+    editable, config = config, config_lib.parse(config)
     t0 = time.time()
     source = rollout_source(config)
     checkpointing.probe_workdir(workdir)
-    _write_json(os.path.join(workdir, "config.json"), config.to_json_best_effort(indent=2))
+    _write_json(os.path.join(workdir, "config.json"), editable.to_json_best_effort(indent=2))
     setup = source.build_setup(config, workdir)
     checkpointing.check_free_space(workdir, checkpointing.checkpoint_bytes_needed(
         setup_lib.param_bytes(setup.model_cfg), config.checkpoint.max_to_keep))

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rl4llm.config.validation import LR_SCHEDULES
+from rl4llm.config.sections import LR_SCHEDULES
 from rl4llm.models import lora
 
 

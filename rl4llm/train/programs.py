@@ -28,7 +28,7 @@ def learner_config(config) -> learner_lib.LearnerConfig:
     rl = config.rl
     return learner_lib.LearnerConfig(
         loss=rl.loss,
-        loss_kwargs=tuple(sorted(config_lib.set_kwargs(rl.loss_kwargs).items())),
+        loss_kwargs=tuple(sorted(rl.loss_kwargs.items())),
         agg_mode=rl.agg_mode,
         kl_coef=0.0 if rl.kl_in_reward else rl.kl_coef,
         kl_kind=rl.kl_kind,

@@ -26,11 +26,10 @@ from typing import Any, Sequence
 import ml_collections
 import numpy as np
 
+from rl4llm import config as config_lib
 from rl4llm.train import metrics as metrics_lib
 
 STAGES = ("sft", "rl")  # in run order
-# The checkout this package runs from (pip install -e): its configs/ and experiments/.
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _require(workdir: str, name: str, written_by: str) -> str:
@@ -42,24 +41,14 @@ def _require(workdir: str, name: str, written_by: str) -> str:
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
     """The run's config: what `train.job.run` wrote to `<workdir>/config.json`, laid over this checkout's default
-    config (`configs/default.py`), so that a run saved before a config field existed reads back with that
-    field's default (new features default to off) and list values take their field's type (tuples)."""
+    config (`rl4llm.config.defaults()`), so that a run saved before a config field existed reads back with that
+    field's default (new features default to off) and list values take their field's type (tuples). Its editable
+    form: `rl4llm.config.parse` gives the typed one."""
     with open(_require(workdir, "config.json", "written by experiments/train.py"), encoding="utf-8") as f:
         saved = json.load(f)
-    config = _default_config()
+    config = config_lib.defaults()
     config.update(saved)
     return config
-
-
-def _default_config() -> ml_collections.ConfigDict:
-    """`get_config()` of the checkout's configs/default.py (the package is used from its checkout: pip install -e)."""
-    import importlib.util
-
-    path = os.path.join(REPO_ROOT, "configs", "default.py")
-    spec = importlib.util.spec_from_file_location("rl4llm_default_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
 
 
 def load_metrics(workdir: str, stage: str = "rl") -> dict[str, np.ndarray]:
@@ -165,7 +154,7 @@ def resolve_checkpoint(workdir: str, stage: str = "auto", step: int | None = Non
 class Policy:
     """A checkpointed policy with what is needed to sample and score it. Close it to stop the reward workers."""
 
-    config: ml_collections.ConfigDict
+    config: config_lib.RunConfig
     setup: Any  # train.setup.Setup
     params: Any
     stage: str
@@ -192,13 +181,12 @@ def restore_policy(workdir: str, stage: str = "auto", step: int | None = None, *
     from rl4llm.train import setup as setup_lib
 
     stage, step = resolve_checkpoint(workdir, stage, step)
-    config = load_config(workdir)
+    config = config_lib.parse(load_config(workdir))
     if num_examples is not None:
-        config.eval.num_examples = num_examples
+        config = config.replace(eval={"num_examples": num_examples})
     setup = setup_lib.build_setup(config, workdir)
     # The params' structure without reading any weights: a random init's shapes (an HF checkpoint has the same).
-    shape_config = ml_collections.ConfigDict(config.to_dict())
-    shape_config.model.hf_checkpoint = ""
+    shape_config = config.replace(model={"hf_checkpoint": ""})
     target = jax.eval_shape(lambda key: setup_lib.initial_params(shape_config, setup.model_cfg, key), jax.random.key(0))
     checkpointer = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints", stage))
     try:

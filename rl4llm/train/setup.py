@@ -14,7 +14,6 @@ import jax
 from rl4llm import models
 from rl4llm import rewards as rewards_lib
 from rl4llm import sampling
-from rl4llm.config import validation as config_lib
 from rl4llm.data import tasks as tasks_lib
 from rl4llm.models import lora
 from rl4llm.parallel import layout as layout_lib
@@ -178,7 +177,7 @@ def reward_spec(config) -> pipeline_lib.RewardSpec:
         extra_weights=tuple(combine_lib.parse_weights(task.extra_rewards).items()),
         extra_mode=task.extra_rewards_mode,
         length_shaping=task.length_shaping,
-        length_kwargs=tuple(sorted(config_lib.set_kwargs(task.length_shaping_kwargs).items())),
+        length_kwargs=tuple(sorted(task.length_shaping_kwargs.items())),
         pseudo_labels=task.pseudo_labels,
         num_workers=task.reward_workers,
         timeout_s=task.reward_timeout_s,

@@ -40,7 +40,7 @@ def init_state(num_turns: int) -> EPOState:
 
 def enabled(config) -> bool:
     """Whether the run adds EPO's term: an agent run with `config.agent.epo.coef > 0`."""
-    return "agent" in config and bool(config.agent.env) and config.agent.epo.coef != 0
+    return bool(config.agent.env) and config.agent.epo.coef != 0
 
 
 def init(config, setup, state):
@@ -68,7 +68,7 @@ def learner_settings(config) -> tuple:
     if not enabled(config):
         return ()
     epo = config.agent.epo
-    settings = {name: float(epo[name]) for name in LOSS_FIELDS}
+    settings = {name: float(getattr(epo, name)) for name in LOSS_FIELDS}
     settings["total_epochs"] = int(epo.total_epochs)
     return tuple(sorted(settings.items()))
 

@@ -1,0 +1,382 @@
+"""Every field of a run's config, once: one frozen dataclass per section, each field with its default, a one-line
+doc and its bound (`fields.param`). `RunConfig` is what the training stack reads (`rl4llm.config.parse`); the
+command line and `configs/*.py` edit its ml_collections form (`rl4llm.config.defaults()`), parsed once per job.
+
+Print every field with its default, bound and doc: `python -m rl4llm.config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from rl4llm import envs as envs_lib
+from rl4llm import models
+from rl4llm import rewards
+from rl4llm.config.fields import AtLeast, Between, Boolean, OneOf, Satisfies, param
+from rl4llm.data import selection as selection_lib
+from rl4llm.data import tasks
+from rl4llm.rewards import combine as combine_lib
+from rl4llm.rewards import length as length_lib
+from rl4llm.rewards import pipeline as pipeline_lib
+from rl4llm.rl import aggregation
+from rl4llm.rl import kl as kl_lib
+from rl4llm.rl import registry
+
+LR_SCHEDULES = ("constant", "cosine")  # after the warm-up; cosine decays to 0 at the stage's last update
+DTYPES = ("float32", "bfloat16")
+_section = dataclasses.dataclass(frozen=True)
+
+
+def _increasing_fractions(values) -> bool:
+    values = tuple(values)
+    return bool(values) and all(0 < f <= 1 for f in values) and list(values) == sorted(values)
+
+
+@_section
+class Task:
+    """The task (rl4llm.data.tasks) and its reward pipeline (rl4llm.rewards.pipeline). The arithmetic fields are
+    here; every other task reads its own sub-section (`task.countdown.max_numbers`, ...)."""
+
+    name: str = param("arithmetic", "rl4llm.data.tasks.TASKS name", OneOf(tasks.TASKS))
+    min_operands: int = param(4, "arithmetic: fewest operands of a prompt ('3+7-5+8=' has 4)", AtLeast(2))
+    max_operands: int = param(4, "arithmetic: most operands", AtLeast(2))
+    max_value: int = param(9, "arithmetic: largest operand", AtLeast(1))
+    operators: str = param("+-", "arithmetic: the operators drawn",
+                           Satisfies(lambda v: bool(v) and not set(v) - set("+-*"), "must be a non-empty subset of '+-*'"))
+    test_fraction: float = param(0.1, "arithmetic: share of the prompt space held out", Between(0.0, 0.5, low_open=True))
+    reward: str = param("exact_answer", "the main reward (rl4llm.rewards.REWARDS)", OneOf(rewards.REWARDS))
+    countdown: dict = param(tasks.section_defaults("countdown"), "task 'countdown' (rl4llm.data.countdown)")
+    sorting: dict = param(tasks.section_defaults("sorting"), "task 'sorting' (rl4llm.data.sorting)")
+    modular: dict = param(tasks.section_defaults("modular"), "task 'modular' (rl4llm.data.modular)")
+    local: dict = param(tasks.section_defaults("local"), "task 'local': JSONL/JSON/Parquet/TFDS (rl4llm.data.local)")
+    extra_rewards: str = param("", "extra weighted reward components 'name:weight,...' (rl4llm.rewards.combine)")
+    extra_rewards_mode: str = param("sum", "extra rewards added always ('sum') or to correct answers ('if_correct')",
+                                    OneOf(combine_lib.COMBINE_MODES))
+    length_shaping: str = param("none", "rl4llm.rewards.length.LENGTH_SHAPING name, or 'none'",
+                                OneOf(("none", *length_lib.LENGTH_SHAPING)))
+    length_shaping_kwargs: dict = param({}, "the length shaper's hyper-parameters that are set (None: its default)",
+                                        placeholders=(length_lib.LENGTH_SHAPING, length_lib.STANDARD_INPUTS))
+    pseudo_labels: str = param("none", "'majority_vote': label-free rewards against the group's majority (TTRL)",
+                               OneOf(pipeline_lib.PSEUDO_LABELS))
+    reward_workers: int = param(0, "> 0: score in that many processes with a hard per-call timeout (0: inline)",
+                                AtLeast(0))
+    reward_timeout_s: float = param(30.0, "a scoring call's time limit", Between(0.0, 1e6, low_open=True))
+
+
+@_section
+class Lora:
+    """LoRA (rl4llm.models.lora): rank > 0 trains only low-rank adapters; the base is frozen and, with KL on, is
+    the reference policy (adapters off: no second copy)."""
+
+    rank: int = param(0, "adapter rank; 0 = full fine-tuning", AtLeast(0))
+    alpha: float = param(16.0, "scale alpha / rank of the adapters' output", Between(0.0, 1e6, low_open=True))
+    targets: tuple = param(models.LORA_TARGETS, "projections that get adapters",
+                           Satisfies(lambda v: isinstance(v, tuple) and bool(v) and not set(v) - set(models.LORA_TARGETS),
+                                     f"must be a non-empty tuple of {', '.join(models.LORA_TARGETS)}"))
+
+
+@_section
+class Model:
+    """The decoder (rl4llm.models): a preset, or a Hugging Face checkpoint; precision; remat; LoRA."""
+
+    preset: str = param("arith", "rl4llm.models.PRESETS name (vocab_size comes from the tokenizer)",
+                        OneOf(models.PRESETS))
+    hf_checkpoint: str = param("", "a HF model dir (Qwen2/2.5, Qwen3, Llama 3.x): replaces preset and tokenizer")
+    export_hf: bool = param(False, "write the final policy (LoRA merged) to <workdir>/hf_export", Boolean())
+    dtype: str = param("float32", "activations / matmuls (norms, softmax, log-probs, losses are float32 always)",
+                       OneOf(DTYPES))
+    param_dtype: str = param("float32", "stored params = the optimizer's master weights", OneOf(DTYPES))
+    remat: str = param("none", "what the backward keeps per block: none (all), full (block inputs), dots (matmuls)",
+                       OneOf(models.REMAT_MODES))
+    lora: Lora = param(Lora, "LoRA adapters")
+
+
+@_section
+class Sampling:
+    """Rollouts (rl4llm.sampling). Prompts are left-padded to a multiple of prompt_bucket."""
+
+    temperature: float = param(1.0, "sampling temperature of the rollouts", Between(0.0, 100.0, low_open=True))
+    top_k: int = param(0, "keep the k most likely tokens (0: all)", AtLeast(0))
+    top_p: float = param(1.0, "nucleus sampling mass", Between(0.0, 1.0, low_open=True))
+    max_new_tokens: int = param(32, "the response budget", AtLeast(1))
+    prompt_bucket: int = param(16, "prompt lengths are multiples of this (few compiled shapes)", AtLeast(1))
+
+
+@_section
+class SFT:
+    """The supervised warm start on the task's reference solutions. 450 steps: the policy has learned the procedure
+    but still slips on single facts (greedy ~0.57, pass@1 ~0.46); at 300 it has not, and RL has little to
+    reinforce (+6 points in 150 steps, measured)."""
+
+    steps: int = param(450, "SFT steps (0: start RL from the initial params)", AtLeast(0))
+    batch_size: int = param(64, "sequences per step", AtLeast(1))
+    learning_rate: float = param(3e-3, "AdamW peak learning rate", Between(0.0, 1.0, low_open=True))
+    warmup_steps: int = param(20, "linear warm-up steps", AtLeast(0))
+    lr_schedule: str = param("constant", "after the warm-up: constant | cosine (to 0)", OneOf(LR_SCHEDULES))
+    weight_decay: float = param(0.0, "AdamW weight decay", Between(0.0, 1.0))
+    grad_clip: float = param(1.0, "global gradient-norm clip", Between(0.0, 1e9))
+
+
+@_section
+class RL:
+    """The RL stage: kernels by registry name (rl4llm.rl.registry), the learner (rl4llm.train.learner), KL /
+    entropy control, importance sampling, asynchronous rollouts and the update schedule. The main job takes ONE
+    on-policy update per step (ratio 1: the clip never binds, the gradient is REINFORCE's with GRPO advantages);
+    the recipes take their papers' schedules, old log-probs coming from a behaviour pass."""
+
+    steps: int = param(100, "RL steps", AtLeast(0))
+    num_prompts: int = param(16, "prompts per step", AtLeast(1))
+    num_generations: int = param(16, "completions per prompt (the group)", AtLeast(1))
+    advantage: str = param("grpo", "advantage estimator (registry.ADVANTAGES)", OneOf(registry.ADVANTAGES))
+    advantage_kwargs: dict = param({}, "the estimator's hyper-parameters that are set (None: its default)",
+                                   placeholders=(registry.ADVANTAGES, registry.ADVANTAGE_INPUTS))
+    loss: str = param("ppo_clip", "policy loss (registry.POLICY_LOSSES)", OneOf(registry.POLICY_LOSSES))
+    loss_kwargs: dict = param({}, "the loss's hyper-parameters that are set (None: its default)",
+                              placeholders=(registry.POLICY_LOSSES, registry.LOSS_INPUTS))
+    agg_mode: str = param("token-mean", "loss aggregation (rl4llm.rl.aggregation)", OneOf(aggregation.AGG_MODES))
+    agg_norm_length: int = param(0, "C of seq-mean-token-sum-norm (Dr.GRPO); 0 = the run's response budget",
+                                 AtLeast(0))
+    kl_coef: float = param(0.0, "> 0: KL to the frozen warm-start policy in the loss", Between(0.0, 1e3))
+    kl_kind: str = param("k3", "KL estimator (rl4llm.rl.kl)", OneOf(kl_lib.KINDS))
+    entropy_coef: float = param(0.0, "entropy bonus coefficient", Between(-1e3, 1e3))
+    kl_in_reward: bool = param(False, "the KL penalty goes into the token reward (verl use_kl_in_reward)", Boolean())
+    kl_target: float = param(0.0, "> 0: adaptive KL coefficient toward this KL (Ziegler controller)",
+                             Between(0.0, 1e3))
+    kl_horizon: int = param(10000, "horizon of the adaptive KL controller, in sequences", AtLeast(1))
+    ref_reset_every: int = param(0, "> 0: every n steps reference <- policy, optimizer re-initialised (ProRL)",
+                                 AtLeast(0))
+    entropy_target: float = param(0.0, "> 0: adaptive entropy_coef toward this mean entropy (Skywork-OR1)",
+                                  Between(0.0, 1e3))
+    entropy_coef_delta: float = param(0.005, "step of the adaptive entropy coefficient", Between(0.0, 1.0))
+    token_selection: str = param("all", "'high_entropy': gradient only on the top-rho entropy tokens (80/20)",
+                                 OneOf(("all", "high_entropy")))
+    token_selection_rho: float = param(0.2, "share of tokens kept by high_entropy", Between(0.0, 1.0, low_open=True))
+    proxy_min_p: float = param(0.02, "Lp-Reg: min-p of the proxy distribution (losses taking proxy_logp)",
+                               Between(0.0, 1.0, low_open=True))
+    tis_cap: float = param(0.0, "> 0: truncated IS min(pi_learner / pi_sampler, cap) on the loss", Between(0.0, 1e9))
+    tis_level: str = param("token", "truncated IS per token or per sequence", OneOf(("token", "sequence")))
+    async_rollouts: bool = param(False, "generate the next batches in a background thread (needs tis_cap > 0)",
+                                 Boolean())
+    max_staleness: int = param(1, "async: most RL steps between the generating and the learning params", AtLeast(1))
+    ppo_epochs: int = param(1, "passes over each rollout batch", AtLeast(1))
+    num_minibatches: int = param(1, "optimizer updates per pass", AtLeast(1))
+    micro_batch_size: int = param(0, "0: the whole minibatch at once; else gradient accumulation", AtLeast(0))
+    learning_rate: float = param(1e-4, "AdamW peak learning rate", Between(0.0, 1.0, low_open=True))
+    warmup_steps: int = param(5, "linear warm-up, in updates", AtLeast(0))
+    lr_schedule: str = param("constant", "after the warm-up: constant | cosine (to 0 at the last update)",
+                             OneOf(LR_SCHEDULES))
+    weight_decay: float = param(0.0, "AdamW weight decay", Between(0.0, 1.0))
+    grad_clip: float = param(1.0, "global gradient-norm clip", Between(0.0, 1e9))
+    logprob_chunk_size: int = param(64, "sequence positions per log-prob chunk", AtLeast(1))
+    logprob_vocab_chunk_size: int = param(0, "> 0: vocabulary entries per logsumexp / entropy chunk", AtLeast(0))
+
+
+@_section
+class Critic:
+    """PPO's value model (rl4llm.models.value_head, train.companions.critic), trained when rl.advantage is one
+    of registry.RETURNS_VALUE_TARGETS ("gae")."""
+
+    shared_trunk: bool = param(False, "a value head on the policy's decoder (one joint step); False: own decoder",
+                               Boolean())
+    checkpoint: str = param("", "Orbax critic params (value_head.save_critic); '' = initialise from the policy",
+                            Satisfies(lambda v: not v or os.path.isdir(v),
+                                      "not a directory (value_head.save_critic writes one)"))
+    learning_rate: float = param(1e-4, "its own AdamW's learning rate", Between(0.0, 1.0, low_open=True))
+    lr_warmup_steps: int = param(0, "its learning-rate warm-up", AtLeast(0))
+    weight_decay: float = param(0.0, "its AdamW weight decay", Between(0.0, 1.0))
+    grad_clip: float = param(1.0, "its gradient-norm clip", Between(0.0, 1e9))
+    cliprange_value: float = param(0.5, "value clip (verl critic.cliprange_value)", Between(0.0, 1e9, low_open=True))
+    value_loss_coef: float = param(0.1, "shared trunk: weight of the value loss in the trunk's gradient (TRL vf_coef)",
+                                   Between(0.0, 1e3))
+    warmup_steps: int = param(0, "the first RL steps update only the critic", AtLeast(0))
+
+
+@_section
+class Prime:
+    """PRIME's implicit PRM (rl4llm.rl.prime, train.companions.prime), trained when rl.advantage="prime"."""
+
+    beta: float = param(0.05, "r_t = beta * (log pi_phi - log pi_ref)", Between(0.0, 1e3, low_open=True))
+    learning_rate: float = param(1e-4, "the PRM's own AdamW", Between(0.0, 1.0, low_open=True))
+    weight_decay: float = param(0.0, "its AdamW weight decay", Between(0.0, 1.0))
+    grad_clip: float = param(1.0, "its gradient-norm clip", Between(0.0, 1e9))
+
+
+@_section
+class Selection:
+    """Prompt selection, replay, rollout allocation, hints, curriculum (rl4llm.data.selection and neighbours)."""
+
+    method: str = param("uniform", "uniform | dynamic_sampling (DAPO) | accuracy_band (PRIME) | dots | bots | knapsack",
+                        OneOf(selection_lib.METHODS))
+    max_gen_rounds: int = param(3, "dynamic_sampling / accuracy_band: generation rounds per step", AtLeast(1))
+    acc_low: float = param(0.2, "accuracy_band: keep groups with acc_low <= mean correctness", Between(0.0, 1.0))
+    acc_high: float = param(0.8, "accuracy_band: ... <= acc_high", Between(0.0, 1.0))
+    pool_size: int = param(1024, "dots / bots / knapsack: prompts with per-prompt statistics", AtLeast(1))
+    target: float = param(0.5, "dots / bots: target success rate", Between(0.0, 1.0))
+    dots_temperature: float = param(1e-3, "DOTS: softmax(-|p - target| / tau) without replacement",
+                                    Between(0.0, 1e3, low_open=True))
+    bots_temperature: float = param(0.0, "BOTS: 0 = top-k of the Thompson scores", Between(0.0, 1e3))
+    bots_decay: float = param(0.1, "BOTS lambda (forgetting toward the prior)", Between(0.0, 1.0))
+    bots_implicit_weight: float = param(0.1, "BOTS rho (weight of the implicit evidence)", Between(0.0, 1.0))
+    bots_prior: float = param(1.0, "BOTS alpha_0 = beta_0", Between(0.0, 1e6, low_open=True))
+    replay_capacity: int = param(0, "dots / bots: > 0 replays groups from a FIFO buffer of this many (DOTS: 512)",
+                                 AtLeast(0))
+    replay_fresh_fraction: float = param(0.5, "fresh groups per step once the buffer is full (DOTS sigma)",
+                                         Between(0.0, 1.0, low_open=True))
+    knapsack_min_n: int = param(2, "knapsack: rollouts of prompts with success 0 or 1", AtLeast(2))
+    knapsack_max_n: int = param(64, "knapsack: most rollouts of one prompt", AtLeast(2))
+    hints: bool = param(False, "GHPO: regenerate all-fail groups with growing reference-solution prefixes", Boolean())
+    hint_fractions: tuple = param((0.25, 0.5, 0.75), "GHPO: the prefix fractions, in order",
+                                  Satisfies(_increasing_fractions, "must be increasing fractions in (0, 1]"))
+    curriculum_steps: int = param(0, "> 0 (arithmetic): operands and max_value grow to task's over these steps",
+                                  AtLeast(0))
+    curriculum_start_operands: int = param(2, "the curriculum's first operand count", AtLeast(2))
+    curriculum_start_max_value: int = param(9, "the curriculum's first max_value", AtLeast(1))
+
+
+@_section
+class Arpo:
+    """ARPO entropy-based adaptive rollout (Dong et al. 2025; sampling.multi_turn.BranchingConfig): M of the
+    num_generations rollouts of a task start at the prompt, the rest branch after tool calls or start fresh."""
+
+    initial_rollouts: int = param(0, "M; 0 = off; ARPO: 1 <= M < num_generations", AtLeast(0))
+    entropy_weight: float = param(0.2, "alpha", Between(0.0, 1e6))
+    branch_probability: float = param(0.5, "beta", Between(0.0, 1.0))
+    beam_size: int = param(2, "at most beam_size - 1 copies of a rollout per tool call", AtLeast(2))
+    entropy_tokens: int = param(20, "L: the step entropy reads the first L tokens of an action", AtLeast(1))
+    entropy_top_k: int = param(10, "k: ... and the k largest log-probs of each", AtLeast(1))
+
+
+@_section
+class Epo:
+    """EPO (Xu et al. 2025; train.companions.epo): L += -coef·(agg(H) - smooth_coef·w·agg(P)), P = alpha·[relu(
+    kappa_low·H̄_k - H) + relu(H - kappa_high·H̄_k)] around turn k's historical mean entropy H̄_k, w the phase weight
+    of the RL step over total_epochs. Its entropy bonus adds to rl.entropy_coef's."""
+
+    coef: float = param(0.0, "lambda; 0 = off (EPO: 0.001)", Between(0.0, 1e6))
+    smooth_coef: float = param(1.0, "c_s", Between(0.0, 1e6))
+    kappa_low: float = param(0.0, "kappa_l (the paper's setting)", Between(0.0, 1e6))
+    kappa_high: float = param(2.0, "kappa_r", Between(0.0, 1e6))
+    alpha: float = param(0.05, "ScienceWorld; 0.1 ALFWorld", Between(0.0, 1e6))
+    total_epochs: int = param(150, "E of the phase weight (official code: 150); the epoch is the RL step", AtLeast(1))
+
+
+@_section
+class Agent:
+    """Multi-turn agents (train.agent): env '' = the single-turn job; an env name runs SFT on its expert episodes,
+    then RL on it (configs/agent_*.py). Each env reads its own sub-section (`agent.guess_number.max_value`, ...)."""
+
+    env: str = param("", "rl4llm.envs.ENVS name; '' = off")
+    guess_number: dict = param(envs_lib.section_defaults("guess_number"), "env 'guess_number'")
+    kg_search: dict = param(envs_lib.section_defaults("kg_search"), "env 'kg_search'")
+    countdown_calc: dict = param(envs_lib.section_defaults("countdown_calc"), "env 'countdown_calc'")
+    grid_nav: dict = param(envs_lib.section_defaults("grid_nav"), "env 'grid_nav'")
+    max_action_tokens: int = param(24, "per-turn generation budget (an action stops at the env's closing tag)",
+                                   AtLeast(1))
+    max_obs_tokens: int = param(64, "longer observations keep head and tail", AtLeast(1))
+    max_context: int = param(512, "KV-cache slots of a rollout (prompt + every turn)", AtLeast(1))
+    obs_bucket: int = param(8, "observation lengths are multiples of this", AtLeast(1))
+    record_bucket: int = param(32, "learner sequence lengths are multiples of this", AtLeast(1))
+    turn_reward: str = param("valid_action:1", "'component:weight,...': turn reward of turn-level estimators")
+    outcome_reward: str = param("correct:1", "'component:weight,...': the trajectory score (env.outcome() keys)")
+    gated_rewards: bool = param(False, "G-RA: turn rewards count only where the outcome reaches reward_gate",
+                                Boolean())
+    reward_gate: float = param(1.0, "G-RA's delta", Between(-1e9, 1e9))
+    expert_noise: float = param(0.0, "SFT: probability that a turn is the exploration policy's (no loss)",
+                                Between(0.0, 1.0))
+    sft_observation_weight: float = param(0.0, "SFT: loss weight of observation tokens (next-observation loss)",
+                                          Between(0.0, 1e6))
+    answer_template: str = param("<answer>{}</answer>", "IGPO: the teacher-forced ground-truth action",
+                                 Satisfies(lambda v: v.count("{}") == 1, "must contain one '{}'"))
+    eval_tasks: int = param(64, "held-out tasks of each evaluation (greedy)", AtLeast(1))
+    arpo: Arpo = param(Arpo, "ARPO branching rollouts")
+    over_turn_mask: bool = param(False, "Mini-o3: no loss on trajectories cut by the turn or context cap", Boolean())
+    epo: Epo = param(Epo, "EPO entropy regularisation")
+
+
+@_section
+class Eval:
+    """Held-out evaluation every `every` RL steps (train.evaluate): greedy accuracy and length; pass@k, avg@k, maj@k
+    from `pass_n` samples at the rollout temperature. Any checkpoint, any k: python -m experiments.evaluate."""
+
+    num_examples: int = param(512, "held-out prompts", AtLeast(1))
+    every: int = param(25, "RL steps between evaluations", AtLeast(1))
+    pass_n: int = param(4, "samples per prompt for pass@k", AtLeast(1))
+    pass_k: tuple = param((1, 4), "the k of pass@k (each in [1, pass_n])")
+
+
+@_section
+class Checkpoint:
+    """Orbax checkpoints of each stage (train.checkpointing)."""
+
+    every: int = param(25, "steps between checkpoints", AtLeast(1))
+    max_to_keep: int = param(3, "checkpoints kept", AtLeast(1))
+
+
+@_section
+class Mesh:
+    """Device meshes (rl4llm.parallel): axes data x fsdp x tensor, product = the devices (one of them -1: the
+    rest). data and fsdp split the batch, fsdp also every weight's width (ZeRO-3), tensor heads / MLP / vocabulary.
+    On one device nothing is placed."""
+
+    data: int = param(-1, "data-parallel axis")
+    fsdp: int = param(1, "fully sharded data-parallel axis")
+    tensor: int = param(1, "tensor-parallel axis")
+    shard_params_over_data: bool = param(False, "weights sharded over fsdp x data (ZeRO-3 over every replica)",
+                                         Boolean())
+    sampler: str = param("shared", "the sampler's mesh: shared (the learner's), colocated (same devices, own "
+                                   "layout) or disaggregated (the last sampler_devices devices)")
+    sampler_data: int = param(-1, "sampler layout: data axis")
+    sampler_fsdp: int = param(1, "sampler layout: fsdp axis")
+    sampler_tensor: int = param(1, "sampler layout: tensor axis")
+    sampler_devices: int = param(0, "disaggregated: devices of the sampler", AtLeast(0))
+
+
+@_section
+class Distributed:
+    """Multi-host (rl4llm.parallel.distributed): initialize=True calls jax.distributed.initialize first. Leave the
+    rest unset on Cloud TPU / SLURM / Open MPI (auto-detected); elsewhere set all three here or in the environment
+    ($JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID)."""
+
+    initialize: bool = param(False, "call jax.distributed.initialize first", Boolean())
+    coordinator_address: str = param("", "host:port of process 0")
+    num_processes: int = param(0, "processes of the job (0: auto-detected)")
+    process_id: int = param(-1, "this process's index (-1: auto-detected)")
+    initialization_timeout_s: int = param(300, "seconds to wait for the other processes", AtLeast(1))
+
+
+@_section
+class RunConfig:
+    """A whole run: SFT warm start then RL (`experiments/train.py`), parsed from its ml_collections form once."""
+
+    seed: int = param(0, "the run's seed (params, data, sampling)")
+    task: Task = param(Task, "the task and its rewards")
+    model: Model = param(Model, "the decoder")
+    sampling: Sampling = param(Sampling, "rollout sampling")
+    sft: SFT = param(SFT, "the supervised warm start")
+    rl: RL = param(RL, "the RL stage")
+    critic: Critic = param(Critic, "PPO's value model")
+    prime: Prime = param(Prime, "PRIME's implicit PRM")
+    selection: Selection = param(Selection, "prompt selection")
+    agent: Agent = param(Agent, "multi-turn agents")
+    eval: Eval = param(Eval, "held-out evaluation")
+    log_every: int = param(5, "RL steps between console / metrics lines", AtLeast(1))
+    max_skipped_updates: int = param(5, "non-finite updates skipped in a row before the run stops (NonFiniteError)",
+                                     AtLeast(1))
+    checkpoint: Checkpoint = param(Checkpoint, "checkpoints")
+    mesh: Mesh = param(Mesh, "device meshes")
+    distributed: Distributed = param(Distributed, "multi-host")
+
+    def replace(self, **changes) -> "RunConfig":
+        """This config with `changes` ({section: {field: value}} or {field: value}), as a new RunConfig."""
+        return _replace(self, changes)
+
+
+def _replace(node, changes: dict[str, Any]):
+    updates = {}
+    for name, value in changes.items():
+        current = getattr(node, name)
+        updates[name] = _replace(current, value) if dataclasses.is_dataclass(current) and isinstance(value, dict) \
+            else value
+    return dataclasses.replace(node, **updates)
