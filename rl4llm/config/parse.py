@@ -107,8 +107,9 @@ def parse(config: ml_collections.ConfigDict) -> sections.RunConfig:
     """The typed config of `config` (its editable form); `ConfigError` listing every invalid field."""
     errors = []
     run = _typed(sections.RunConfig, config, "", errors)
-    # the checks across fields skip the sections that hold an invalid field (already reported)
-    invalid = frozenset(e.removeprefix("config.").split(".")[0].split("=")[0] for e in errors)
+    # the checks across fields that divide by a section's fields wait for them to be within their bounds
+    out_of_bounds = [e.removeprefix("config.").split("=")[0] for e in errors if "=" in e.split(": ")[0]]
+    invalid = frozenset(path.split(".")[0] for path in out_of_bounds)
     errors += validation.errors(run, invalid)
     if errors:
         raise ConfigError("Invalid config:\n  " + "\n  ".join(errors))

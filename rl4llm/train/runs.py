@@ -30,6 +30,8 @@ from rl4llm import config as config_lib
 from rl4llm.train import metrics as metrics_lib
 
 STAGES = ("sft", "rl")  # in run order
+# The checkout this package runs from (pip install -e): its configs/ and experiments/.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _require(workdir: str, name: str, written_by: str) -> str:
