@@ -13,7 +13,6 @@ import re
 import jax
 import jax.numpy as jnp
 
-from rl4llm import models
 from rl4llm import rewards
 from rl4llm.config import agent as agent_config
 from rl4llm.data import selection as selection_lib
