@@ -53,8 +53,9 @@ def checkpoint_bytes_needed(param_bytes: int, max_to_keep: int) -> int:
 
 
 def probe_workdir(workdir: str) -> None:
-    """Raises StorageError unless `workdir` can be created and written (a file written, synced and removed)."""
-    probe = os.path.join(workdir, ".write_probe")
+    """Raises StorageError unless `workdir` can be created and written (a file written, synced and removed; one
+    per process, as the processes of a multi-host job probe the same workdir at once)."""
+    probe = os.path.join(workdir, f".write_probe.{jax.process_index()}")
     try:
         os.makedirs(workdir, exist_ok=True)
         with open(probe, "wb") as f:
