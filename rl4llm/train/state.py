@@ -1,4 +1,5 @@
-"""The RL stage's TrainState: its initial value (`init_rl_state`) and with the companions' states (`initial_state`)."""
+"""The RL stage's TrainState: its initial value (`init_rl_state`) and with the companions' states (`initial_state`);
+and, carried beside it, the prompt selection's initial state (`initial_selection`)."""
 
 from __future__ import annotations
 
@@ -33,11 +34,16 @@ def init_rl_state(config, init_params, optimizer, key, critic=None, prm=None) ->
 
 def initial_state(config, setup, init_params, optimizer, key, critic_optimizer=None, prm_optimizer=None):
     """The RL stage's initial state (`init_rl_state`) placed on the learner mesh, with the companions' states (the
-    critic's, the implicit PRM's, EPO's history) and the prompt selection's (host numpy, or None)."""
+    critic's, the implicit PRM's, EPO's history)."""
     critic = None if critic_optimizer is None else critic_lib.init_critic_state(config, setup.model_cfg, init_params,
                                                                                  critic_optimizer)
     prm = None if prm_optimizer is None else prime_lib.init_prm_state(init_params, prm_optimizer)
     state = epo_lib.init(config, setup, init_rl_state(config, init_params, optimizer, key, critic, prm))
-    state = setup_lib.placed(setup, state)
-    selection = setup.selector.init_state() if setup.selector is not None else None  # the agent source has none
-    return state.replace(selection=selection)  # per-prompt statistics, replay buffer (or None)
+    return setup_lib.placed(setup, state)
+
+
+def initial_selection(setup):
+    """The prompt selection's initial state (`rl4llm.data.selection.SelectionState`, host numpy: per-prompt
+    statistics, replay buffer) under `config.selection`'s per-prompt methods; None otherwise and for the agent
+    source (no selector). Not part of the TrainState: the RL loop carries it and checkpoints it beside it."""
+    return setup.selector.init_state() if setup.selector is not None else None

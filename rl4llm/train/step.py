@@ -1,7 +1,8 @@
 """One RL step: `collect` (the rollout source: rollouts, host scores, the kernels' inputs, advantages) then
 `learn_on_rollouts`: the companions' updates (PRIME's PRM), `ppo_epochs x num_minibatches` learner (and critic)
 updates, then the controllers (adaptive KL / entropy, reference reset). Synchronous (`rl_step`) or on a batch
-generated in the background (`async_rl_step`)."""
+generated in the background (`async_rl_step`); either carries the prompt selection's state from step to step beside
+the TrainState."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class RolloutBatch:
     current_kl: Any  # KL-in-reward's measured KL (the adaptive controller's input), None otherwise
     host_metrics: dict  # rewards, lengths, value metrics, ... of the rollout
     t_gen: float  # seconds of generation and host scoring
-    selection: Any = None  # the selection state after choosing this step's prompts (config.selection), or None
+    selection: Any = None  # the prompt selection's state after choosing this step's prompts (config.selection), or None
 
 
 def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatch, step: int):
@@ -50,7 +51,6 @@ def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatc
     staleness = async_lib.check_staleness(
         step, rollouts.step, rollouts.params_version, rl.max_staleness if rl.async_rollouts else 0
     )
-    state = state.replace(selection=None)  # host-side selection state: not an input of the jitted updates
     state = epo_lib.update(state, step)
     if rollouts.prm_batch is not None:  # PRIME: the PRM's update on the outcome labels (touches extras["prm"] only)
         state, prm_metrics = programs.prm_step(state, rollouts.prm_batch)
@@ -81,7 +81,7 @@ def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatc
         metrics["async/staleness"] = float(staleness)
     metrics.update(host_metrics)
     epo_lib.after_step(config, state, step, metrics)
-    return state.replace(selection=rollouts.selection), metrics
+    return state, metrics
 
 
 def _step_timing(rollouts: RolloutBatch, t_learn: float, t_step: float) -> dict:
@@ -95,23 +95,25 @@ def _step_timing(rollouts: RolloutBatch, t_learn: float, t_step: float) -> dict:
     }
 
 
-def rl_step(source, config, setup, programs: RLPrograms, state, step: int):
-    """One synchronous RL step: the rollout `source`'s `collect` with the current params (`train.single_turn`,
-    `train.agent`), then `learn_on_rollouts`."""
+def rl_step(source, config, setup, programs: RLPrograms, state, selection, step: int):
+    """One synchronous RL step: the rollout `source`'s `collect` with the current params and prompt-selection
+    state (`train.single_turn`, `train.agent`), then `learn_on_rollouts`. -> (state, selection state, metrics)."""
     t0 = time.time()
-    rollouts = source.collect(config, setup, programs, state, step)
+    rollouts = source.collect(config, setup, programs, state, step, selection=selection)
     t1 = time.time()
     state, metrics = learn_on_rollouts(config, programs, state, rollouts, step)
     t_step = time.time() - t0
     metrics.update(_step_timing(rollouts, t_step - (t1 - t0), t_step))
-    return state, metrics
+    return state, rollouts.selection, metrics
 
 
-def async_rl_step(pipeline: async_lib.RolloutPipeline, config, setup, programs: RLPrograms, state, step: int):
+def async_rl_step(pipeline: async_lib.RolloutPipeline, config, setup, programs: RLPrograms, state, selection,
+                  step: int):
     """One RL step on the batch `pipeline` generated in the background (params at most `rl.max_staleness`
     steps old, `async_rollouts`): `learn_on_rollouts`, then the new params are published to the sampler (a
-    copy, before the next update donates them). `time/wait_s`: how long the learner waited for the batch."""
-    del setup  # the pipeline's collection holds it
+    copy, before the next update donates them). `time/wait_s`: how long the learner waited for the batch.
+    -> (state, the prompt selection's state after this step's batch, metrics)."""
+    del setup, selection  # the pipeline's collection holds them (it carries the selection state batch to batch)
     t0 = time.time()
     rollouts = pipeline.get(step)
     t_wait = time.time() - t0
@@ -120,7 +122,7 @@ def async_rl_step(pipeline: async_lib.RolloutPipeline, config, setup, programs: 
     t_step = time.time() - t0
     metrics.update(_step_timing(rollouts, t_step - t_wait, t_step))
     metrics["time/wait_s"] = t_wait
-    return state, metrics
+    return state, rollouts.selection, metrics
 
 
 def _update(config, programs: RLPrograms, state, minibatch, critic_minibatch, key, *, actor_frozen: bool):
