@@ -18,8 +18,6 @@ from rl4llm.train import preemption
 from rl4llm.train import progress as progress_lib
 from rl4llm.train import state as state_lib
 from rl4llm.train import step as step_lib
-from rl4llm.train.companions import critic as critic_lib
-from rl4llm.train.companions import prime as prime_lib
 from rl4llm.train.programs import build_rl_programs
 
 
@@ -81,14 +79,12 @@ def run_rl(config, setup, source, init_params, key, writer, workdir: str, stop: 
     where the pipeline is flushed."""
     rl = config.rl
     optimizer = rl_optimizer(config)
-    critic_optimizer = critic_lib.make_critic_optimizer(config) if critic_lib.enabled(config) else None
-    prm_optimizer = prime_lib.make_prm_optimizer(config) if prime_lib.enabled(config) else None
-    state = state_lib.initial_state(config, setup, init_params, optimizer, key, critic_optimizer, prm_optimizer)
+    state = state_lib.initial_state(config, setup, init_params, optimizer, key)
     ckpt = checkpointing.Checkpointer(
         os.path.join(workdir, "checkpoints", "rl"), max_to_keep=config.checkpoint.max_to_keep
     )
     state, selection, start, last_eval = resume(ckpt, state, state_lib.initial_selection(setup))
-    programs = build_rl_programs(config, setup, optimizer, critic_optimizer, prm_optimizer, state=state)
+    programs = build_rl_programs(config, setup, optimizer, state=state)
     end = rl.steps if stop_after_step is None else min(rl.steps, stop_after_step)
     step_fn, pipeline = functools.partial(step_lib.rl_step, source), None
     if rl.async_rollouts:  # batches generated in the background; any still in flight at the end are dropped
