@@ -87,7 +87,7 @@ def abstract_state(config, model_cfg: models.ModelConfig):
         raise NotImplementedError("PRIME's implicit PRM is not covered by ahead-of-time compilation yet.")
     optimizer = loop.rl_optimizer(config)
     local = without_files(config)
-    setup = types.SimpleNamespace(model_cfg=model_cfg)  # all the companions' init read of a single-turn Setup
+    setup = types.SimpleNamespace(model_cfg=model_cfg)  # all that the companions' init reads of a Setup
 
     def init(key):
         params = setup_lib.initial_params(local, model_cfg, key)
