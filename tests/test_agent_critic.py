@@ -137,7 +137,7 @@ def test_estimators_get_the_critics_values_at_the_record_positions(runs, shared_
     config = run_config if shared_trunk else config_lib.parse(critic_config(separate, shared_trunk=False))
     critic = _restore(full, "rl", 1, "critic", critic_t) if shared_trunk else _templates(config, setup)[1]
     optimizer = optim.make_optimizer(config.rl.learning_rate, 0, 0.0, 1.0)  # unused by the collection
-    state = state_lib.init_rl_state(config, params, optimizer, jax.random.key(config.seed), critic)
+    state = state_lib.init_rl_state(config, params, optimizer, jax.random.key(config.seed)).with_extras(critic=critic)
     rollouts = agent.collect(config, setup, None, state, 1)
     batch, cb = rollouts.batch, rollouts.critic_batch
     # The same episodes again (the step's key and tasks), for the turn layout.

@@ -6,8 +6,10 @@ import os
 import re
 import shutil
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from configs import bots as bots_recipe
@@ -359,9 +361,53 @@ def test_dots_with_replay_resumes_exactly(tmp_path, monkeypatch, warm_start):
     # Replay was exercised: the buffer filled and half of a later step's groups were replayed.
     assert records[3]["selection/replayed_groups"] == 2 and records[3]["selection/buffer_size"] >= 2
     assert records[3]["selection/generated_rollouts"] == 2 * 4  # only the fresh groups were generated
-    ckpt = checkpointing.Checkpointer(os.path.join(full, "checkpoints", "rl"))
-    saved = checkpointing.state_signature(ckpt._manager.item_metadata(3)["state"])  # pylint: disable=protected-access
-    assert saved["selection.success"] == (16,) and saved["selection.replay.behaviour_logp"] == (8, 4, 12)
+    # The selection state is its own checkpoint item beside the TrainState, and the resumed run's (restored from
+    # checkpoint 2, then one step on) is bit for bit the uninterrupted run's, as is its TrainState.
+    saved = {w: {item: ocp.StandardCheckpointer().restore(os.path.join(w, "checkpoints", "rl", "3", item))
+                 for item in ("state", "selection")} for w in (full, resumed)}
+    assert set(saved[full]["state"]) == {"params", "opt_state", "ref_params", "key", "extras"}
+    assert saved[full]["selection"]["success"].shape == (16,)
+    assert saved[full]["selection"]["replay"]["behaviour_logp"].shape == (8, 4, 12)
+    assert (saved[full]["selection"]["visits"] > 0).sum() >= 4  # statistics were recorded
+    _assert_trees_equal(saved[full], saved[resumed])
+
+
+def _assert_trees_equal(a, b):
+    """Same structure, and every leaf the same dtype and bits."""
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        assert np.asarray(x).dtype == np.asarray(y).dtype
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def _selection_state(pool_size: int = 16, capacity: int = 8) -> selection.SelectionState:
+    """A selection state with recorded statistics, BOTS evidence and a partly filled replay buffer."""
+    rng = np.random.default_rng(0)
+    state = selection.init_state(pool_size, prior_alpha=0.5, prior_beta=0.5, replay=replay.init_replay(capacity, 4, 6))
+    state = selection.record_success(state, np.array([1, 5, 7]), np.array([0.25, 1.0, 0.5]))
+    state = selection.bots_update(state, np.array([1, 5]), np.array([0.25, 1.0]), 4, decay=0.1, implicit_weight=0.2)
+    buf = replay.insert(state.replay, np.array([1, 5]), np.zeros(2, np.int32), rng.integers(0, 9, (2, 4, 6)),
+                        np.ones((2, 4, 6), np.float32), rng.standard_normal((2, 4, 6)).astype(np.float32),
+                        rng.random((2, 4)).astype(np.float32))
+    return state.replace(replay=buf)
+
+
+def test_selection_state_round_trips_through_its_checkpoint_item(tmp_path):
+    """The selection state is saved as the checkpoint's `selection` item and restored exactly (host numpy, same
+    dtypes); a checkpoint and a run that disagree on having one are a mismatch, not corruption (nothing moved)."""
+    sel = _selection_state()
+    ckpt = checkpointing.Checkpointer(str(tmp_path / "rl"))
+    ckpt.save(1, {"w": np.arange(3, dtype=np.float32)}, {"data_step": 1}, sel)
+    restored = ckpt.restore_latest({"w": np.zeros(3, np.float32)}, _selection_state())
+    assert restored.step == 1 and isinstance(restored.selection, selection.SelectionState)
+    _assert_trees_equal(restored.selection, sel)
+    assert all(isinstance(x, np.ndarray) for x in jax.tree.leaves(restored.selection))
+    with pytest.raises(checkpointing.CheckpointMismatchError, match=r"selection\.alpha: only in the checkpoint"):
+        ckpt.restore_latest({"w": np.zeros(3, np.float32)})
+    ckpt.save(2, {"w": np.arange(3, dtype=np.float32)}, {"data_step": 2})
+    with pytest.raises(checkpointing.CheckpointMismatchError, match=r"selection\.alpha: missing from the"):
+        ckpt.restore_latest({"w": np.zeros(3, np.float32)}, sel)
+    assert ckpt.all_steps() == [1, 2]
     ckpt.close()
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import flax
-import jax
 import numpy as np
 
 METHODS = ("uniform", "dynamic_sampling", "accuracy_band", "dots", "bots", "knapsack")
@@ -76,11 +75,6 @@ def init_state(pool_size: int, *, prior_alpha: float = 1.0, prior_beta: float = 
         capability=np.zeros((), np.float32),
         replay=replay,
     )
-
-
-def as_numpy(state: SelectionState) -> SelectionState:
-    """The state with every leaf a host numpy array (a restored checkpoint holds device arrays)."""
-    return jax.tree.map(np.asarray, state)
 
 
 def rng(seed: int, step: int, stream: int = 0) -> np.random.Generator:

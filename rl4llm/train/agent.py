@@ -150,13 +150,14 @@ def sft_batch(config, setup: AgentSetup, step: int):
     return jnp.asarray(tokens), jnp.asarray(attention), jnp.asarray(loss[:, 1:])
 
 
-def collect(config, setup: AgentSetup, programs, state, step: int, *, params_version: int | None = None
-            ) -> step_lib.RolloutBatch:
+def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=None,
+            params_version: int | None = None) -> step_lib.RolloutBatch:
     """The learner's inputs of agent RL step `step` (a pure function of the state and step; reads the state).
     With a critic (`critic_lib.enabled`): its values of the record (`record_values`) go to the estimator with the
     turn layout, and its returns, on the policy tokens, to the critic's updates (`critic_batch`). `programs` are read
-    through the setup's own log-prob program; `params_version` as the single-turn source's (synchronous only)."""
-    del programs
+    through the setup's own log-prob program; `params_version` as the single-turn source's (synchronous only).
+    Tasks are drawn uniformly: there is no prompt-selection state (`selection` is None)."""
+    del programs, selection
     rl = config.rl
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()

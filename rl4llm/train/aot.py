@@ -91,20 +91,19 @@ def model_config(config) -> models.ModelConfig:
 
 
 def abstract_state(config, model_cfg: models.ModelConfig):
-    """(TrainState of ShapeDtypeStructs, optimizer, critic optimizer or None) of the run's RL stage: `jax.eval_shape`
-    of the run's initialisers (`setup.initial_params`, `state.init_rl_state`), so no weight is materialised."""
+    """(TrainState of ShapeDtypeStructs, optimizer) of the run's RL stage: `jax.eval_shape` of the run's initialisers
+    (`setup.initial_params`, `state.init_rl_state`, `state.init_companions`), so no weight is materialised."""
     if prime_lib.enabled(config):
         raise NotImplementedError("PRIME's implicit PRM is not covered by ahead-of-time compilation yet.")
     optimizer = loop.rl_optimizer(config)
-    critic_opt = critic_lib.make_critic_optimizer(config) if critic_lib.enabled(config) else None
     local = without_files(config)
+    setup = types.SimpleNamespace(model_cfg=model_cfg)  # all that the companions' init reads of a Setup
 
     def init(key):
         params = setup_lib.initial_params(local, model_cfg, key)
-        critic = None if critic_opt is None else critic_lib.init_critic_state(local, model_cfg, params, critic_opt)
-        return state_lib.init_rl_state(local, params, optimizer, key, critic)
+        return state_lib.init_companions(local, setup, state_lib.init_rl_state(local, params, optimizer, key))
 
-    return jax.eval_shape(init, jax.random.key(config.seed)), optimizer, critic_opt
+    return jax.eval_shape(init, jax.random.key(config.seed)), optimizer
 
 
 def sharded(tree: Any, shardings: Any) -> Any:
@@ -189,14 +188,15 @@ def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
     return out
 
 
-def learner_programs(config, layout: layout_lib.Layout, state, optimizer, critic_opt, prompt_len: int,
+def learner_programs(config, layout: layout_lib.Layout, state, optimizer, prompt_len: int,
                      build: Callable = compile_program) -> list:
     """The run's own jitted updates (`build_rl_programs`: the learner step, its critic's, the behaviour pass)
     on the learner mesh for one minibatch of `N / rl.num_minibatches` rows (the behaviour pass and the critic's
     values: the whole step's N rows), each made a Program by `build` (`compile_program`)."""
     rl, model_cfg, mesh = config.rl, layout.model_cfg, layout.meshes.learner
     setup = types.SimpleNamespace(model_cfg=model_cfg, layout=layout)  # all build_rl_programs reads of a Setup
-    programs = programs_lib.build_rl_programs(config, setup, optimizer, critic_opt, state=state)
+    programs = programs_lib.build_rl_programs(config, setup, optimizer, state=state)
+    critic = critic_lib.enabled(config)
     n, updates = rollout_rows(config), rl.ppo_epochs * rl.num_minibatches
     batch = learner_batch(config, n // rl.num_minibatches, prompt_len, layout.learner_batch)
     full = learner_batch(config, n, prompt_len, layout.learner_batch)
@@ -204,13 +204,13 @@ def learner_programs(config, layout: layout_lib.Layout, state, optimizer, critic
     lcfg = programs_lib.learner_config(config)
     key = key_struct(mesh)
     out = []
-    if critic_opt is not None and config.critic.shared_trunk:
+    if critic and config.critic.shared_trunk:
         out.append(build("learner.shared_trunk_step", programs.shared_trunk_step,
                          (state, batch, critic_batch(batch), key), costs.learner(lcfg, state, batch), updates))
     else:
         out.append(build("learner.step", programs.learner_step, (state, batch, key),
                          costs.learner(lcfg, state, batch), updates))
-    if critic_opt is not None and not config.critic.shared_trunk:
+    if critic and not config.critic.shared_trunk:
         critic_state = state.extra("critic")
         out.append(build("critic.step", programs.critic_step, (state, critic_batch(batch)),
                          costs.critic(lcfg, critic_state, batch), updates))
@@ -243,9 +243,9 @@ def compile_run(config, devices, prompt_len: int, *, compile: bool = True) -> li
     meshes = mesh_lib.meshes_from_config(config.mesh, devices)
     check_rows(config, meshes)
     layout = layout_lib.Layout(meshes, model_cfg, rules_lib.logical_axis_rules(config.mesh.shard_params_over_data))
-    state, optimizer, critic_opt = abstract_state(config, model_cfg)
+    state, optimizer = abstract_state(config, model_cfg)
     state = sharded(state, layout.state_shardings(state))
-    return (learner_programs(config, layout, state, optimizer, critic_opt, prompt_len, build)
+    return (learner_programs(config, layout, state, optimizer, prompt_len, build)
             + sampler_programs(config, layout, state.params, prompt_len, build))
 
 

@@ -64,12 +64,11 @@ def check_staleness(step: int, rollout_step: int, params_version: int, max_stale
 def sampler_snapshot(state) -> Any:
     """A copy of what collection reads from the TrainState (params, reference, critic / PRM params, key,
     adaptive coefficients; in their shardings), optimizer states left out (None). A copy, because the
-    learner step donates `state`'s device buffers while the sampler still generates from this version;
-    host (numpy) leaves such as the selection state are never donated and are shared."""
+    learner step donates `state`'s device buffers while the sampler still generates from this version."""
     no_opt = lambda s: None if s is None else s.replace(opt_state=None)  # noqa: E731
     view = state.replace(opt_state=None).with_extras(critic=no_opt(state.extra("critic")),
                                                      prm=no_opt(state.extra("prm")))
-    return jax.tree.map(lambda x: jnp.copy(x) if isinstance(x, jax.Array) else x, view)
+    return jax.tree.map(jnp.copy, view)
 
 
 class RolloutPipeline:

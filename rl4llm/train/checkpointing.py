@@ -4,7 +4,10 @@ One `Checkpointer` per stage (`<workdir>/checkpoints/<stage>`). A checkpoint hol
 
 * `state`: any pytree of arrays (params, optimizer state, step, PRNG keys, ...), saved with
     Orbax's StandardSave and restored onto the shardings of an abstract target;
-* `meta`: a JSON-serialisable dict (data iterator / selection state, metrics of the stage).
+* `selection` (RL runs with a per-prompt `config.selection` method only): the prompt-selection state
+    (`rl4llm.data.selection.SelectionState`: statistics and replay buffer), saved the same way and restored as host
+    numpy arrays (its target has no shardings);
+* `meta`: a JSON-serialisable dict (data iterator step, metrics of the stage).
 
 `restore_latest` walks the saved steps from newest to oldest: a checkpoint that fails to
 restore (a crash mid-write on a filesystem without atomic rename, a truncated file) is
@@ -133,35 +136,45 @@ def signature_differences(saved: dict, expected: dict, limit: int = 5) -> list[s
     return diffs[:limit]
 
 
+def checkpoint_signature(state, selection=None) -> dict[str, tuple[int, ...]]:
+    """`state_signature` of a checkpoint's arrays: the state's leaves, and the selection state's (if any) named
+    `selection.*`."""
+    signature = state_signature(state)
+    if selection is not None:
+        signature.update(state_signature({"selection": selection}))
+    return signature
+
+
 @dataclasses.dataclass
 class Restored:
     step: int
     state: Any
     meta: dict
+    selection: Any = None  # the prompt-selection state, when the checkpoint holds one
 
 
 class Checkpointer:
-    """Saves and restores `(state pytree, meta dict)` pairs under `directory`."""
+    """Saves and restores `(state pytree, meta dict[, selection pytree])` under `directory`."""
 
     def __init__(self, directory: str, *, max_to_keep: int = 3):
         self.directory = directory
         self._manager = ocp.CheckpointManager(
             directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
-            item_names=("state", "meta"),
-            item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()},
+            item_names=("state", "selection", "meta"),
+            item_handlers={"state": ocp.StandardCheckpointHandler(), "selection": ocp.StandardCheckpointHandler(),
+                           "meta": ocp.JsonCheckpointHandler()},
         )
 
-    def save(self, step: int, state: Any, meta: dict) -> None:
-        """Writes checkpoint `step` and waits until it is on disk; raises StorageError (the earlier checkpoints
-        kept) if the write fails."""
+    def save(self, step: int, state: Any, meta: dict, selection: Any = None) -> None:
+        """Writes checkpoint `step` (with the `selection` item unless it is None) and waits until it is on disk;
+        raises StorageError (the earlier checkpoints kept) if the write fails."""
+        items = {"state": ocp.args.StandardSave(state), "meta": ocp.args.JsonSave(meta)}
+        if selection is not None:
+            items["selection"] = ocp.args.StandardSave(selection)
         with _orbax_errors_folded():
             try:
-                self._manager.save(
-                    step,
-                    args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-                    force=True,
-                )
+                self._manager.save(step, args=ocp.args.Composite(**items), force=True)
                 self._manager.wait_until_finished()
             except Exception as e:  # pylint: disable=broad-except  (any failed write: one clear error)
                 py_logging.getLogger("asyncio").addFilter(_ABANDONED_WRITES)  # idempotent
@@ -180,26 +193,28 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
 
-    def restore_latest(self, target: Any) -> Restored | None:
-        """Restores the newest readable checkpoint onto `target`'s structure, dtypes and shardings.
+    def restore_latest(self, target: Any, selection: Any = None) -> Restored | None:
+        """Restores the newest readable checkpoint onto `target`'s structure, dtypes and shardings (and its
+        selection state onto `selection`'s, unless that is None).
 
         `target` may hold concrete arrays or `jax.ShapeDtypeStruct`s. Returns None when no
         checkpoint exists; raises if checkpoints exist but none can be read, and
-        `CheckpointMismatchError` (moving nothing) if the newest readable one holds a state of another
-        structure than `target`.
+        `CheckpointMismatchError` (moving nothing) if the newest readable one holds a state (or selection state)
+        of another structure than `target` (`selection`).
         """
         steps = self.all_steps()
         if not steps:
             return None
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
+        abstract_selection = jax.tree.map(ocp.utils.to_shape_dtype_struct, selection)
+        items = {"state": ocp.args.StandardRestore(abstract), "meta": ocp.args.JsonRestore()}
+        if selection is not None:
+            items["selection"] = ocp.args.StandardRestore(abstract_selection)
         errors = []
         for step in reversed(steps):
-            self._check_signature(step, abstract)
+            self._check_signature(step, checkpoint_signature(abstract, abstract_selection))
             try:
-                restored = self._manager.restore(
-                    step,
-                    args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),
-                )
+                restored = self._manager.restore(step, args=ocp.args.Composite(**items))
             except Exception as e:  # pylint: disable=broad-except  (any unreadable checkpoint: fall back)
                 quarantine = self._quarantine(step)
                 logging.warning(
@@ -213,7 +228,8 @@ class Checkpointer:
                 )
                 errors.append((step, e))
                 continue
-            return Restored(step=step, state=restored.state, meta=dict(restored.meta))
+            return Restored(step=step, state=restored.state, meta=dict(restored.meta),
+                            selection=restored.get("selection"))
         raise RuntimeError(f"No readable checkpoint in {self._manager.directory}: {errors}")
 
     def restore_entry(self, step: int, name: str, target: Any) -> tuple[Any, dict]:
@@ -240,14 +256,16 @@ class Checkpointer:
         meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
         return entry, dict(meta)
 
-    def _check_signature(self, step: int, abstract: Any) -> None:
-        """Raises CheckpointMismatchError if checkpoint `step`'s metadata is readable and describes a state
-        with other leaves or shapes than `abstract` (an unreadable one is left to the corruption path)."""
+    def _check_signature(self, step: int, expected: dict) -> None:
+        """Raises CheckpointMismatchError if checkpoint `step`'s metadata is readable and describes arrays
+        with other leaves or shapes than the `expected` signature (`checkpoint_signature`; an unreadable one is
+        left to the corruption path)."""
         try:
-            saved = state_signature(self._manager.item_metadata(step)["state"])
+            metadata = self._manager.item_metadata(step)
+            saved = checkpoint_signature(metadata["state"], metadata.get("selection"))
         except Exception:  # pylint: disable=broad-except  (unreadable metadata: treated as corruption)
             return
-        diffs = signature_differences(saved, state_signature(abstract))
+        diffs = signature_differences(saved, expected)
         if diffs:
             raise CheckpointMismatchError(
                 f"Checkpoint step {step} in {self._manager.directory} holds a state of another structure than "

@@ -2,9 +2,9 @@
 
 Single-turn and multi-turn (agent) runs differ only in their rollout source, a module with the same five
 functions: `build_setup(config, workdir)`, `describe(config, setup)`, `sft_batch(config, setup, step)`,
-`evaluate(config, setup, params, key)`, `collect(config, setup, programs, state, step, *, params_version=None)`,
-plus `summary(sft_eval, rl_eval)` / `summary_table(summary)` for the closing report (`train.single_turn`,
-`train.agent`).
+`evaluate(config, setup, params, key)`, `collect(config, setup, programs, state, step, *, selection=None,
+params_version=None)`, plus `summary(sft_eval, rl_eval)` / `summary_table(summary)` for the closing report
+(`train.single_turn`, `train.agent`).
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ from rl4llm.train.companions import epo as epo_lib
 
 
 class TrainState(flax.struct.PyTreeNode):
-    """Everything the learner carries between RL steps (and everything a checkpoint holds)."""
+    """Everything the learner carries between RL steps (a checkpoint's `state`; the RL loop carries the prompt
+    selection's host-side state beside it, `train.loop`)."""
 
     params: Any  # with LoRA adapters (config.model.lora.rank > 0) only lora.trainable(params) is trained
     opt_state: Any  # optimizer state of lora.trainable(params)
@@ -45,9 +46,6 @@ class TrainState(flax.struct.PyTreeNode):
     # ("kl_coef", "entropy_coef": float32 scalars, config.rl.kl_target / entropy_target > 0; absent: the fixed
     # LearnerConfig value) and the companions' states ("critic", "prm", "epo": `train.companions`).
     extras: dict = flax.struct.field(default_factory=dict)
-    # rl4llm.data.selection.SelectionState (host numpy: per-prompt statistics, replay buffer) under
-    # config.selection's per-prompt methods; None otherwise. Checkpointed; never an input of the jitted step.
-    selection: Any = None
 
     def extra(self, name: str):
         """`extras[name]`, or None when the run has no such state."""

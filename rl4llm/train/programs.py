@@ -93,10 +93,10 @@ def needs_behaviour_pass(config) -> bool:
     )
 
 
-def build_rl_programs(config, setup, optimizer, critic_optimizer=None, prm_optimizer=None, *,
-                      state=None) -> RLPrograms:
-    """Jitted learner step, (when needed) the rollout-policy forward pass, and the critic's programs. With a mesh
-    (`setup.layout`), the learner step keeps the shardings of `state` (the RL stage's placed TrainState)."""
+def build_rl_programs(config, setup, optimizer, *, state=None) -> RLPrograms:
+    """Jitted learner step, (when needed) the rollout-policy forward pass, and the programs of the companions the run
+    uses (the critic's, the implicit PRM's; with their optimizers). With a mesh (`setup.layout`), the learner step
+    keeps the shardings of `state` (the RL stage's placed TrainState)."""
     lcfg = learner_config(config)
     behaviour_fn = None
     if needs_behaviour_pass(config):
@@ -113,8 +113,8 @@ def build_rl_programs(config, setup, optimizer, critic_optimizer=None, prm_optim
         behaviour_fn = jax.jit(functools.partial(_micro_batched, logprobs, lcfg.micro_batch_size,
                                                  setup.layout.meshes.learner if setup.layout else None))
     extra_programs = {}  # programs of the critic or the implicit PRM
-    if critic_optimizer is not None:
-        ccfg = critic_lib.critic_config(config)
+    if critic_lib.enabled(config):
+        ccfg, critic_optimizer = critic_lib.critic_config(config), critic_lib.make_critic_optimizer(config)
         extra_programs = dict(
             values_fn=critic_lib.make_values_fn(setup.model_cfg, config.sampling.max_new_tokens),
             critic_step=critic_lib.make_critic_step(setup.model_cfg, ccfg, critic_optimizer),
@@ -124,8 +124,8 @@ def build_rl_programs(config, setup, optimizer, critic_optimizer=None, prm_optim
                 else None
             ),
         )
-    if prm_optimizer is not None:
-        pcfg = prime_lib.prm_config(config)
+    if prime_lib.enabled(config):
+        pcfg, prm_optimizer = prime_lib.prm_config(config), prime_lib.make_prm_optimizer(config)
         extra_programs = dict(
             prm_logprobs_fn=prime_lib.make_logprobs_fn(setup.model_cfg, pcfg, config.sampling.max_new_tokens),
             prm_step=prime_lib.make_prm_step(setup.model_cfg, pcfg, prm_optimizer),

@@ -77,15 +77,18 @@ def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advant
     )
 
 
-def collect(config, setup: Setup, programs, state, step: int, *, params_version: int | None = None) -> RolloutBatch:
-    """The learner's inputs of RL step `step`: the scored rollout (`rollouts.rollout_and_score`), the rollout
-    policy's forward pass when needed, the estimator's standard inputs (`train.inputs`), advantages and the
-    LearnerBatch. Reads `state` and never updates it. `params_version`: RL steps done by `state.params` (default `step`: synchronous)."""
+def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
+            params_version: int | None = None) -> RolloutBatch:
+    """The learner's inputs of RL step `step`: the scored rollout (`rollouts.rollout_and_score`) of the prompts the
+    prompt selection's state `selection` picks (None: `config.selection` keeps none), the rollout policy's forward
+    pass when needed, the estimator's standard inputs (`train.inputs`), advantages and the LearnerBatch, with the
+    selection's new state. Reads `state` and never updates it. `params_version`: RL steps done by `state.params`
+    (default `step`: synchronous)."""
     rl = config.rl
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
     rollout, scores, components, group_ids, host_metrics, selection = rollouts.rollout_and_score(
-        config, setup, state.params, step, step_key, state.selection
+        config, setup, state.params, step, step_key, selection
     )
     mask = rollout.completion_mask.astype(jnp.float32)
     tokens, attention_mask = batches.join_sequences(

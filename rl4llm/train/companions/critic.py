@@ -217,3 +217,32 @@ def value_metrics(values, returns, mask) -> dict:  # [N, T] each
         "critic/values_mean": aggregation.masked_mean(values, mask),
         "critic/returns_mean": aggregation.masked_mean(returns, mask),
     }
+
+
+# ------------------------------------------------------------------------------ in the RL step
+
+
+def warming_up(config, rollouts, step: int) -> bool:
+    """Whether RL step `step` (its `rollouts`) is a critic warm-up step (`config.critic.warmup_steps`): the critic
+    is updated alone; the actor, and with it the controllers, wait."""
+    return rollouts.critic_batch is not None and step < config.critic.warmup_steps
+
+
+def init(config, setup, state):
+    """`state` with the critic (`init_critic_state` from the policy `state.params`) when the run trains one."""
+    if not enabled(config):
+        return state
+    return state.with_extras(critic=init_critic_state(config, setup.model_cfg, state.params,
+                                                      make_critic_optimizer(config)))
+
+
+def update(config, programs, state, rollouts, step: int, metrics: dict):
+    """Nothing before the learner's updates: the critic is updated with the actor (`train.step`'s `_update`)."""
+    return state
+
+
+def after_step(config, programs, state, rollouts, step: int, metrics: dict, updates: list):
+    """After RL step `step`: marks a warm-up step (critic/warmup, `warming_up`)."""
+    if warming_up(config, rollouts, step):
+        metrics["critic/warmup"] = 1.0
+    return state

@@ -10,7 +10,7 @@ resumed run continues exactly):
   update's penalty reads the history of the updates before it (the first update of a run has none: no penalty).
   With `ppo_epochs x num_minibatches` updates per RL step every token of the step joins the history once per
   epoch: the mean over a step's tokens is what it is either way;
-* the RL step being learned, set by the agent loop before the step's updates: the phase weight's "epoch" is the
+* the RL step being learned, set by `update` before the step's learner updates: the phase weight's "epoch" is the
   RL step (the official code counts training epochs over its data; one RL step is our unit of training time).
 """
 
@@ -48,18 +48,19 @@ def init(config, setup, state):
     return state.with_extras(epo=init_state(setup.mt_cfg.max_turns)) if enabled(config) else state
 
 
-def update(state, step: int):
-    """Before RL step `step`'s updates: the step being learned (the phase weight's epoch)."""
+def update(config, programs, state, rollouts, step: int, metrics: dict):
+    """Before RL step `step`'s learner updates: the step being learned (the phase weight's epoch)."""
     if state.extra("epo") is None:
         return state
     return state.with_extras(epo=state.extra("epo").replace(step=jnp.asarray(step, jnp.int32)))
 
 
-def after_step(config, state, step: int, metrics: dict) -> None:
-    """After RL step `step`: logs the phase weight it used (epo/phase_weight)."""
+def after_step(config, programs, state, rollouts, step: int, metrics: dict, updates: list):
+    """After RL step `step`: logs the phase weight it used (epo/phase_weight); the history grew in the learner."""
     if state.extra("epo") is not None:
         weight = multi_turn.epo_phase_weight(step, total_epochs=config.agent.epo.total_epochs)
         metrics["epo/phase_weight"] = float(weight)
+    return state
 
 
 def learner_settings(config) -> tuple:

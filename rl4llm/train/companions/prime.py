@@ -110,3 +110,28 @@ def init_prm_state(policy_params, optimizer) -> PRMState:
     """π_φ and π_ref both start as copies of the warm-start policy."""
     params = jax.tree.map(jnp.copy, policy_params)
     return PRMState(params=params, ref_params=jax.tree.map(jnp.copy, policy_params), opt_state=optimizer.init(params))
+
+
+# ------------------------------------------------------------------------------ in the RL step
+
+
+def init(config, setup, state):
+    """`state` with the implicit PRM (`init_prm_state` of the policy `state.params`) when the run trains one."""
+    if not enabled(config):
+        return state
+    return state.with_extras(prm=init_prm_state(state.params, make_prm_optimizer(config)))
+
+
+def update(config, programs, state, rollouts, step: int, metrics: dict):
+    """Before RL step `step`'s learner updates: the PRM's update on the batch's outcome labels (`programs.prm_step`;
+    the batch's process rewards came from the PRM before it: PRIME's order), its prm/* metrics added to `metrics`."""
+    if rollouts.prm_batch is None:
+        return state
+    state, prm_metrics = programs.prm_step(state, rollouts.prm_batch)
+    metrics.update(prm_metrics)
+    return state
+
+
+def after_step(config, programs, state, rollouts, step: int, metrics: dict, updates: list):
+    """Nothing after the learner's updates."""
+    return state
