@@ -284,7 +284,8 @@ def test_arithmetic_curriculum_schedule():
 @pytest.mark.parametrize(
     "updates, message",
     [
-        ({"selection.method": "dotz"}, "config.selection.method='dotz': unknown; allowed: accuracy_band, bots, dots"),
+        ({"selection.method": "dotz"},
+         "config.selection.method='dotz': unknown; allowed: accuracy_band, adaptive_difficulty, bots, dots"),
         ({"selection.acc_low": 0.9}, "config.selection.acc_low=0.9: must be <= config.selection.acc_high=0.8"),
         ({"selection.max_gen_rounds": 0}, "config.selection.max_gen_rounds=0: must be an integer >= 1"),
         ({"selection.method": "dots", "selection.replay_capacity": 64}, "config.rl.tis_cap=0: replayed rollouts"),

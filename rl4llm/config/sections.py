@@ -207,8 +207,8 @@ class Prime:
 class Selection:
     """Prompt selection, replay, rollout allocation, hints, curriculum (rl4llm.data.selection and neighbours)."""
 
-    method: str = param("uniform", "uniform | dynamic_sampling (DAPO) | accuracy_band (PRIME) | dots | bots | knapsack",
-                        OneOf(selection_lib.METHODS))
+    method: str = param("uniform", "uniform | dynamic_sampling (DAPO) | accuracy_band (PRIME) | dots | bots | knapsack "
+                        "| adaptive_difficulty (RLVE)", OneOf(selection_lib.METHODS))
     max_gen_rounds: int = param(3, "dynamic_sampling / accuracy_band: generation rounds per step", AtLeast(1))
     acc_low: float = param(0.2, "accuracy_band: keep groups with acc_low <= mean correctness", Between(0.0, 1.0))
     acc_high: float = param(0.8, "accuracy_band: ... <= acc_high", Between(0.0, 1.0))
@@ -233,6 +233,15 @@ class Selection:
                                   AtLeast(0))
     curriculum_start_operands: int = param(2, "the curriculum's first operand count", AtLeast(2))
     curriculum_start_max_value: int = param(9, "the curriculum's first max_value", AtLeast(1))
+    difficulty_initial: int = param(0, "adaptive_difficulty: the controller's first upper level h (RLVE: 0)", AtLeast(0))
+    difficulty_max: int = param(4, "adaptive_difficulty: h stops here (level d: 2 + d operands / items / numbers)",
+                                AtLeast(0))
+    difficulty_window: int = param(4, "adaptive_difficulty: levels are drawn from {h - window + 1, ..., h} (RLVE: 4)",
+                                   AtLeast(1))
+    difficulty_min_prompts: int = param(8, "adaptive_difficulty: groups at level h before each check (RLVE: 8)",
+                                        AtLeast(1))
+    difficulty_threshold: float = param(0.9, "adaptive_difficulty: h rises when level h's accuracy >= this (RLVE: 0.9)",
+                                        Between(0.0, 1.0))
 
 
 @_section

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from rl4llm import rewards
 from rl4llm.config import agent as agent_config
+from rl4llm.data import difficulty
 from rl4llm.data import selection as selection_lib
 from rl4llm.data import tasks
 from rl4llm.parallel import mesh as mesh_lib
@@ -325,11 +326,20 @@ def _selection_errors(config) -> list[str]:
                 f"config.selection.curriculum_steps={sel.curriculum_steps}: the curriculum schedules the arithmetic "
                 f"task (config.task.name={config.task.name!r}); set it to 0"
             )
-        if method in selection_lib.POOL_METHODS:
+        if method in selection_lib.POOL_METHODS or method == "adaptive_difficulty":
             errors.append(
-                f"config.selection.curriculum_steps={sel.curriculum_steps}: method {method!r} selects from a fixed "
-                "prompt pool; the curriculum works with uniform, dynamic_sampling and accuracy_band"
+                f"config.selection.curriculum_steps={sel.curriculum_steps}: method {method!r} chooses its own "
+                "problems; the curriculum works with uniform, dynamic_sampling and accuracy_band"
             )
+    if method == "adaptive_difficulty":
+        if config.task.name not in difficulty.LADDERS:
+            errors.append(
+                f"config.selection.method='adaptive_difficulty': task {config.task.name!r} has no difficulty ladder "
+                f"(rl4llm.data.difficulty.LADDERS: {', '.join(difficulty.LADDERS)})"
+            )
+        if sel.difficulty_initial > sel.difficulty_max:
+            errors.append(f"config.selection.difficulty_initial={sel.difficulty_initial}: must be <= "
+                          f"config.selection.difficulty_max={sel.difficulty_max}")
     return errors
 
 

@@ -38,7 +38,7 @@ from typing import Sequence
 import flax
 import numpy as np
 
-METHODS = ("uniform", "dynamic_sampling", "accuracy_band", "dots", "bots", "knapsack")
+METHODS = ("uniform", "dynamic_sampling", "accuracy_band", "dots", "bots", "knapsack", "adaptive_difficulty")
 # Methods that refill the batch over several generation rounds, and those that select from the prompt pool.
 REFILL_METHODS = ("dynamic_sampling", "accuracy_band")
 POOL_METHODS = ("dots", "bots", "knapsack")

@@ -4,9 +4,9 @@ One `Checkpointer` per stage (`<workdir>/checkpoints/<stage>`). A checkpoint hol
 
 * `state`: any pytree of arrays (params, optimizer state, step, PRNG keys, ...), saved with
     Orbax's StandardSave and restored onto the shardings of an abstract target;
-* `selection` (RL runs with a per-prompt `config.selection` method only): the prompt-selection state
-    (`rl4llm.data.selection.SelectionState`: statistics and replay buffer), saved the same way and restored as host
-    numpy arrays (its target has no shardings);
+* `selection` (RL runs whose `config.selection` method keeps a state only): the prompt-selection state
+    (`rl4llm.data.selection.SelectionState`: statistics and replay buffer; `rl4llm.data.difficulty.DifficultyState`),
+    saved the same way and restored as host numpy arrays (its target has no shardings);
 * `meta`: a JSON-serialisable dict (data iterator step, metrics of the stage).
 
 `restore_latest` walks the saved steps from newest to oldest: a checkpoint that fails to

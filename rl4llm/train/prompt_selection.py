@@ -2,11 +2,12 @@
 `replay`, `allocation`, `curriculum`).
 
 `Selector.collect` decides which prompts are rolled out (uniform stream, curriculum stage, refill rounds, the
-DOTS / BOTS / uniform pool draw, Knapsack rollout counts), calls the trainer's `generate(prompts, answers, counts,
-key, prefixes) -> Rows` for each generation round, regenerates all-fail groups with hints, mixes in replayed
-groups, and returns the step's training rows (N = num_prompts x num_generations) with the updated
-`SelectionState` and the step's selection metrics. Everything it draws comes from the step key (generation) and
-`selection.rng(seed, step, ·)` (choices), so a resumed run selects what the uninterrupted run would have.
+DOTS / BOTS / uniform pool draw, Knapsack rollout counts, RLVE's difficulty levels), calls the trainer's
+`generate(prompts, answers, counts, key, prefixes) -> Rows` for each generation round, regenerates all-fail groups
+with hints, mixes in replayed groups, and returns the step's training rows (N = num_prompts x num_generations) with
+the updated selection state (`SelectionState`, `DifficultyState` or None) and the step's selection metrics.
+Everything it draws comes from the step key (generation) and `selection.rng(seed, step, ·)` (choices), so a resumed
+run selects what the uninterrupted run would have.
 
 Shapes stay static: every round generates the full num_prompts x num_generations rows, hint rounds a power-of-two
 number of groups, and the step's rows always number N (a refill that hits the round bound is completed with
@@ -24,6 +25,7 @@ import numpy as np
 from rl4llm.data import allocation
 from rl4llm.data import arithmetic
 from rl4llm.data import curriculum
+from rl4llm.data import difficulty
 from rl4llm.data import replay as replay_lib
 from rl4llm.data import selection as selection_lib
 from rl4llm.train import rows as rows_lib
@@ -34,7 +36,7 @@ from rl4llm.train.rows import Rows, concat, take
 _ROUND_STREAM = 2000
 _HINT_STREAM = 3000
 # Sub-streams of selection_lib.rng(seed, step, ·).
-_CHOICE, _REPLAY, _THOMPSON = 0, 1, 2
+_CHOICE, _REPLAY, _THOMPSON, _LEVELS = 0, 1, 2, 3
 
 
 # generate(prompts [b], answers [b], counts [b], key, prefixes [b] of the scored text) -> (Rows [sum(counts)],
@@ -81,8 +83,11 @@ class Selector:
 
     # ------------------------------------------------------------------------------------------ state
 
-    def init_state(self) -> selection_lib.SelectionState | None:
-        """The fresh selection state (None for methods without per-prompt statistics)."""
+    def init_state(self) -> selection_lib.SelectionState | difficulty.DifficultyState | None:
+        """The fresh selection state: per-prompt statistics (pool methods), the difficulty controller's
+        (`adaptive_difficulty`), or None."""
+        if self.method == "adaptive_difficulty":
+            return difficulty.init_state(self.sel.difficulty_initial)
         if self.pool is None:
             return None
         buf = None
@@ -115,6 +120,8 @@ class Selector:
             return self._collect_knapsack(state, step, key, generate)
         if self.method in ("dots", "bots"):
             return self._collect_targeted(state, step, key, generate)
+        if self.method == "adaptive_difficulty":
+            return self._collect_adaptive(state, step, key, generate)
         examples = self.stream_examples(step, self.num_prompts)
         rows, metrics = self._generate_groups(examples, key, generate)
         return self._finish(rows, metrics), state
@@ -241,6 +248,27 @@ class Selector:
             metrics.update({"selection/replayed_groups": float(slots.size), "selection/buffer_size": float(replay_lib.size(buf))})
         metrics["selection/pool_seen_frac"] = float(np.mean(state.visits > 0))
         return self._finish(concat(parts, self.pad_id), metrics), state
+
+    def _collect_adaptive(self, state, step: int, key, generate: GenerateFn) -> tuple[Collected, object]:
+        """RLVE: each prompt's level drawn from the controller's window, then the controller counts the samples at
+        its upper level (`rl4llm.data.difficulty`; a sample solved only with a hint counts as a failure)."""
+        sel, g = self.sel, self.num_generations
+        levels = difficulty.draw_levels(state, self.num_prompts, sel.difficulty_window,
+                                        selection_lib.rng(self.seed, step, _LEVELS))
+        examples = difficulty.examples_at_levels(self.task.name, self.task.source.what, levels, self.data_offset + step)
+        rows, metrics = self._generate_groups(examples, key, generate)
+        correct = np.where(rows.hint_chars > 0, 0.0, np.clip(rows.main, 0, 1))
+        state, check = difficulty.update(state, np.repeat(levels, g), correct,
+                                         min_samples=sel.difficulty_min_prompts * g,
+                                         threshold=sel.difficulty_threshold, max_level=sel.difficulty_max)
+        metrics.update({
+            "selection/difficulty_upper": float(state.upper),
+            "selection/difficulty_mean": float(levels.mean()),
+            "selection/difficulty_raised": check["raised"],
+        })
+        if "frontier_accuracy" in check:
+            metrics["selection/frontier_accuracy"] = check["frontier_accuracy"]
+        return self._finish(rows, metrics), state
 
     def _replayed_rows(self, buf, slots: np.ndarray, num_components: int) -> Rows:
         """Rows of replayed groups: prompts re-encoded from the pool (with their hint), stored completions,
