@@ -1,4 +1,4 @@
-"""Tests for rl4llm.sampling: greedy vs hand loop, determinism, stop tokens, top-k/top-p, log-prob
+"""Tests for rl4llm.sampling: greedy vs hand loop, determinism, stop tokens, top-k/top-p/min-p, log-prob
 agreement with a full forward pass (the learner's recomputation), no recompilation, early exit."""
 import dataclasses
 import functools
@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
+from rl4llm import config as config_lib
 from rl4llm.models import ModelConfig, apply, init_params, positions_from_mask
 from rl4llm.sampling import (
     SamplingConfig,
     bucket_length,
+    filter_min_p,
     filter_top_k,
     filter_top_p,
     generate,
@@ -29,6 +31,8 @@ STOP = tuple(range(0, CFG.vocab_size, 4))  # ~1/4 of the vocabulary
 STOPPING = dict(temperature=0.8, top_k=20, top_p=0.95, stop_token_ids=STOP, pad_id=49)
 TOP_K_1 = dict(temperature=0.6, top_k=1)
 TINY_TOP_P = dict(temperature=1.3, top_p=1e-6)
+MIN_P_ONE = dict(temperature=1.1, min_p=1.0)
+ALL_FILTERS = dict(temperature=0.9, top_k=30, top_p=0.9, min_p=0.1)
 
 
 @functools.cache
@@ -95,7 +99,7 @@ def test_same_key_same_tokens_different_key_different():
 
 
 @pytest.mark.parametrize("sampling", [dict(temperature=1.0), dict(temperature=0.0), STOPPING, TOP_K_1,
-                                      TINY_TOP_P])
+                                      TINY_TOP_P, ALL_FILTERS])
 def test_sampler_logprobs_match_full_forward(sampling):
     """Sampler/learner agreement: logprobs == log_softmax(full_forward_logits / tau)[token]."""
     rollout = run(key=7, **sampling)
@@ -132,12 +136,14 @@ def test_decode_loop_stops_early_when_everyone_finished():
     assert not r.completion_mask[:, 1:].any()
 
 
-def test_top_k_one_and_tiny_top_p_equal_greedy():
+def test_top_k_one_tiny_top_p_and_min_p_one_equal_greedy():
     greedy = run(temperature=0.0)
     top_k = run(key=5, **TOP_K_1)
     top_p = run(key=6, **TINY_TOP_P)
+    min_p = run(key=7, **MIN_P_ONE)
     np.testing.assert_array_equal(top_k.completion_tokens, greedy.completion_tokens)
     np.testing.assert_array_equal(top_p.completion_tokens, greedy.completion_tokens)
+    np.testing.assert_array_equal(min_p.completion_tokens, greedy.completion_tokens)
     # The reported log-prob uses the temperature and ignores the filter.
     assert np.all(top_k.logprobs < 0) and np.any(np.abs(top_k.logprobs - greedy.logprobs) > 1e-3)
 
@@ -168,6 +174,86 @@ def test_filters():
     assert kept(filter_top_p(filter_top_k(logits, 1), 0.9)) == [False, True, False, False]
 
 
+def hf_min_p_warper(scores: np.ndarray, min_p: float, min_tokens_to_keep: int = 1) -> np.ndarray:
+    """numpy transcription of HF transformers' `MinPLogitsWarper.__call__` (generation/logits_process.py)."""
+    shifted = np.exp(scores - scores.max(-1, keepdims=True))
+    probs = shifted / shifted.sum(-1, keepdims=True)
+    top_probs = probs.max(-1, keepdims=True)
+    tokens_to_remove = probs < min_p * top_probs
+    sorted_indices = np.argsort(-scores, axis=-1, kind="stable")
+    sorted_to_remove = np.take_along_axis(tokens_to_remove, sorted_indices, axis=-1)
+    sorted_to_remove[..., :min_tokens_to_keep] = False
+    to_remove = np.zeros_like(tokens_to_remove)
+    np.put_along_axis(to_remove, sorted_indices, sorted_to_remove, axis=-1)
+    return np.where(to_remove, -np.inf, scores)
+
+
+def test_min_p_hand_cases():
+    logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]]))
+    kept = lambda x: np.isfinite(np.asarray(x[0])).tolist()  # noqa: E731
+    assert kept(filter_min_p(logits, 0.4)) == [True, True, False, False]  # threshold 0.2
+    assert kept(filter_min_p(logits, 0.2)) == [True, True, True, False]  # threshold 0.1
+    assert kept(filter_min_p(logits, 1.0)) == [True, False, False, False]
+    ties = jnp.log(jnp.array([[0.4, 0.4, 0.2]]))
+    assert kept(filter_min_p(ties, 1.0)) == [True, True, False]  # tied maxima all pass
+    # Kept logits are unchanged (not renormalised): the categorical draw renormalises.
+    np.testing.assert_array_equal(filter_min_p(logits, 0.4)[0, :2], logits[0, :2])
+
+
+def test_min_p_zero_is_the_identity_bit_for_bit():
+    logits = 3.0 * jax.random.normal(jax.random.key(2), (6, CFG.vocab_size))
+    logits = logits.at[:, :5].set(-jnp.inf)  # entries an earlier filter removed
+    np.testing.assert_array_equal(filter_min_p(logits, 0.0), logits)
+    key = jax.random.key(3)
+    default = sample_tokens(logits, key, SamplingConfig(max_new_tokens=1, top_k=20))
+    zero = sample_tokens(logits, key, SamplingConfig(max_new_tokens=1, top_k=20, min_p=0.0))
+    np.testing.assert_array_equal(default[0], zero[0])
+    np.testing.assert_array_equal(default[1], zero[1])
+
+
+@pytest.mark.parametrize("min_p", [0.0, 0.01, 0.05, 0.3, 0.9, 1.0])
+def test_min_p_matches_numpy_transcription_of_hf_warper_jit_and_eager(min_p):
+    logits = 2.5 * jax.random.normal(jax.random.key(4), (16, CFG.vocab_size))
+    logits = filter_top_k(logits, 40)  # some -inf inputs, as after top-k
+    expected = hf_min_p_warper(np.asarray(logits, np.float64), min_p)
+    eager = np.asarray(filter_min_p(logits, min_p))
+    jitted = np.asarray(jax.jit(filter_min_p, static_argnums=1)(logits, min_p))
+    np.testing.assert_array_equal(eager, jitted)
+    np.testing.assert_array_equal(np.isfinite(eager), np.isfinite(expected))
+    np.testing.assert_array_equal(eager[np.isfinite(eager)], np.asarray(logits)[np.isfinite(eager)])
+    if 0.05 <= min_p <= 0.9:
+        assert 0 < np.isfinite(eager).sum() < np.isfinite(np.asarray(logits)).sum()  # not vacuous
+
+
+def draw_frequencies(logits: jax.Array, cfg: SamplingConfig, n: int = 20000) -> np.ndarray:
+    keys = jax.random.split(jax.random.key(0), n)
+    draws = jax.vmap(lambda k: sample_tokens(logits, k, cfg)[0][0])(keys)
+    return np.bincount(np.asarray(draws), minlength=logits.shape[-1]) / n
+
+
+def test_min_p_runs_after_temperature_top_k_and_top_p_as_in_hf():
+    logits = jnp.log(jnp.array([[0.05, 0.5, 0.15, 0.3]]))
+    # Temperature first: at tau = 0.5, p ∝ p0^2, ratios to the max [.01, 1, .09, .36]; min_p 0.2 keeps {1, 3}
+    # (on the untempered distribution it would keep 2 as well: ratio 0.3).
+    freq = draw_frequencies(logits, SamplingConfig(max_new_tokens=1, temperature=0.5, min_p=0.2))
+    np.testing.assert_allclose(freq, [0, 0.25 / 0.34, 0, 0.09 / 0.34], atol=0.015)
+    # top-p 0.6 keeps {1, 3} (mass before 3 is 0.5), then min-p 0.5 keeps both (0.3 / 0.5 = 0.6). vLLM v1's order
+    # (min-p, then top-p over the renormalised {0.625, 0.375}) would keep token 1 alone.
+    freq = draw_frequencies(logits, SamplingConfig(max_new_tokens=1, top_p=0.6, min_p=0.5))
+    np.testing.assert_allclose(freq, [0, 0.625, 0, 0.375], atol=0.015)
+    # top-k 3 keeps {1, 3, 2}; min-p 0.4 drops 2 (0.15 / 0.5 = 0.3).
+    freq = draw_frequencies(logits, SamplingConfig(max_new_tokens=1, top_k=3, min_p=0.4))
+    np.testing.assert_allclose(freq, [0, 0.625, 0, 0.375], atol=0.015)
+
+
+def test_min_p_log_prob_is_of_the_unfiltered_tempered_distribution():
+    logits = jnp.log(jnp.array([[0.05, 0.5, 0.15, 0.3]]))
+    cfg = SamplingConfig(max_new_tokens=1, temperature=0.7, min_p=0.5)
+    tokens, logprobs = sample_tokens(logits, jax.random.key(1), cfg)
+    expected = jax.nn.log_softmax(logits / 0.7, axis=-1)[0, tokens[0]]
+    np.testing.assert_allclose(logprobs[0], expected, rtol=1e-6)
+
+
 def test_no_recompilation_for_same_shapes():
     run(key=0)
     size = generate._cache_size()
@@ -192,7 +278,20 @@ def test_bucket_length_and_pad_prompts():
 def test_sampling_config_validation():
     with pytest.raises(ValueError, match="top_p"):
         SamplingConfig(max_new_tokens=4, top_p=0.0)
+    with pytest.raises(ValueError, match="min_p"):
+        SamplingConfig(max_new_tokens=4, min_p=1.5)
+    with pytest.raises(ValueError, match="min_p"):
+        SamplingConfig(max_new_tokens=4, min_p=-0.1)
     with pytest.raises(ValueError, match="temperature"):
         SamplingConfig(max_new_tokens=4, temperature=-1.0)
     with pytest.raises(ValueError, match="stop_token_ids"):
         dataclasses.replace(SamplingConfig(max_new_tokens=4), stop_token_ids=[1])
+
+
+def test_min_p_config_field_is_bounded_and_named():
+    config = config_lib.defaults()
+    config.sampling.min_p = 1.5
+    with pytest.raises(config_lib.ConfigError, match=r"config.sampling.min_p=1.5: must lie in \[0.0, 1.0\]"):
+        config_lib.parse(config)
+    config.sampling.min_p = 0.05
+    assert config_lib.parse(config).sampling.min_p == 0.05

@@ -2,8 +2,8 @@
 
 Log-prob convention (the learner recomputes exactly this):
     logprobs[n, t] = log_softmax(logits_t / tau)[token_t],  tau = temperature if temperature > 0 else 1,
-computed in float32 on the UNFILTERED distribution (top-k / top-p only restrict which token is drawn,
-they do not change the reported log-prob), and 0 where completion_mask is 0.
+computed in float32 on the UNFILTERED distribution (top-k / top-p / min-p only restrict which token is
+drawn, they do not change the reported log-prob), and 0 where completion_mask is 0.
 """
 from __future__ import annotations
 
@@ -37,6 +37,8 @@ class SamplingConfig:
       top_k: keep the k most likely tokens; 0 = off.
       top_p: nucleus, keep the smallest prefix of tokens (by probability) whose mass reaches top_p;
         1.0 = off. Applied after top-k, to the renormalised top-k distribution.
+      min_p: keep token v iff p(v) >= min_p * max_u p(u), p the temperature-scaled distribution left by
+        top-k / top-p (`filter_min_p`); 0.0 = off.
       stop_token_ids: a sequence finishes when it emits one of these (included in its completion);
         empty = always generate T tokens.
       pad_id: token written after a sequence finished.
@@ -46,6 +48,7 @@ class SamplingConfig:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    min_p: float = 0.0
     stop_token_ids: tuple[int, ...] = ()
     pad_id: int = 0
 
@@ -58,6 +61,8 @@ class SamplingConfig:
             raise ValueError(f"SamplingConfig.top_k must be >= 0 (0 = off), got {self.top_k}.")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"SamplingConfig.top_p must be in (0, 1] (1 = off), got {self.top_p}.")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"SamplingConfig.min_p must be in [0, 1] (0 = off), got {self.min_p}.")
         if not isinstance(self.stop_token_ids, tuple):
             raise ValueError("SamplingConfig.stop_token_ids must be a tuple of ints (hashable), "
                              f"got {type(self.stop_token_ids).__name__}.")
@@ -129,10 +134,26 @@ def filter_top_p(logits: jax.Array, p: float) -> jax.Array:
     return jnp.where(logits < threshold, -jnp.inf, logits)
 
 
+def filter_min_p(logits: jax.Array, min_p: float) -> jax.Array:
+    """Min-p filter (Nguyen et al. 2024, "Turning Up the Heat: Min-p Sampling for Creative and Coherent LLM
+    Outputs"): keep v iff p(v) >= min_p * max_u p(u), p = softmax(logits); the others go to -inf.
+
+    logits: [N, V] (may hold -inf). Returns [N, V]. As HF transformers' `MinPLogitsWarper` (probabilities, strict
+    `<` removes). Its min_tokens_to_keep=1 needs no code here: with min_p <= 1 the most likely token always
+    passes. min_p = 0 keeps every entry (the logits come back unchanged).
+    """
+    probs = jax.nn.softmax(logits, axis=-1)  # [N, V]
+    threshold = min_p * jnp.max(probs, axis=-1, keepdims=True)  # [N, 1]
+    return jnp.where(probs < threshold, -jnp.inf, logits)
+
+
 def sample_tokens(logits: jax.Array, key: jax.Array, cfg: SamplingConfig
                   ) -> tuple[jax.Array, jax.Array]:
     """Draws one token per row and its sampler log-prob.
 
+    The filters run in HF transformers' order (`GenerationMixin._get_logits_processor`): temperature, top-k,
+    top-p, min-p; each on what the previous left. (vLLM v1 applies min-p before top-k/top-p; the kept sets differ
+    only when top-p is on, as min-p's ratio test does not depend on renormalisation.)
     logits: [N, V] float32. Returns tokens [N] int32 and logprobs [N] float32, where
     logprob = log_softmax(logits / tau)[token], tau = temperature or 1 when greedy (unfiltered).
     """
@@ -147,6 +168,8 @@ def sample_tokens(logits: jax.Array, key: jax.Array, cfg: SamplingConfig
             filtered = filter_top_k(filtered, min(cfg.top_k, logits.shape[-1]))
         if cfg.top_p < 1.0:
             filtered = filter_top_p(filtered, cfg.top_p)
+        if cfg.min_p > 0.0:
+            filtered = filter_min_p(filtered, cfg.min_p)
         tokens = jax.random.categorical(key, filtered, axis=-1)
     tokens = tokens.astype(jnp.int32)
     return tokens, jnp.take_along_axis(log_probs, tokens[:, None], axis=-1)[:, 0]

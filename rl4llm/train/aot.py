@@ -174,7 +174,8 @@ def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
     n = rollout_rows(config)
     sampling_cfg = sampling.SamplingConfig(
         max_new_tokens=config.sampling.max_new_tokens, temperature=config.sampling.temperature,
-        top_k=config.sampling.top_k, top_p=config.sampling.top_p, stop_token_ids=(0,), pad_id=0)
+        top_k=config.sampling.top_k, top_p=config.sampling.top_p, min_p=config.sampling.min_p,
+        stop_token_ids=(0,), pad_id=0)
     rows = layout.sampler_batch if n % layout.sampler_batch.num_devices == 0 else rules_lib.replicated(mesh)
     sampler_params = sharded(params, rules_lib.tree_shardings(mesh, params, model_cfg, layout.rules))
     args = (sampler_params, SDS((n, prompt_len), jnp.int32, sharding=rows), SDS((n, prompt_len), jnp.bool_,
