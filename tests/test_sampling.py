@@ -10,7 +10,16 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from rl4llm import config as config_lib
-from rl4llm.models import ModelConfig, apply, init_params, positions_from_mask
+from rl4llm.models import (
+    ModelConfig,
+    apply,
+    fork_rows,
+    forward,
+    init_cache,
+    init_params,
+    positions_from_mask,
+    unembed,
+)
 from rl4llm.sampling import (
     SamplingConfig,
     bucket_length,
@@ -295,3 +304,66 @@ def test_min_p_config_field_is_bounded_and_named():
         config_lib.parse(config)
     config.sampling.min_p = 0.05
     assert config_lib.parse(config).sampling.min_p == 0.05
+
+
+@functools.partial(jax.jit, static_argnums=5)
+def greedy_decode(params, cache, logits, positions, cursor, steps: int):
+    """`steps` greedy tokens through the cache from next-token logits [N, V] at RoPE positions [N], slot cursor.
+    Returns tokens [N, steps], the logits that chose them [N, steps, V], and the cache, logits, positions after."""
+    tokens = [jnp.zeros((logits.shape[0], 0), jnp.int32)]
+    chosen_from = [jnp.zeros((logits.shape[0], 0, logits.shape[1]))]
+    for t in range(steps):
+        token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        tokens.append(token[:, None])
+        chosen_from.append(logits[:, None])
+        hidden, cache = forward(CFG, params, token[:, None], positions[:, None], jnp.ones((len(token), 1), bool),
+                                cache=cache, cache_index=cursor + t)
+        logits, positions = unembed(CFG, params, hidden[:, 0]), positions + 1
+    return jnp.concatenate(tokens, 1), jnp.concatenate(chosen_from, 1), cache, logits, positions
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def prefill(params, tokens, mask, slots: int):
+    """Left-padded prefill into a fresh cache of `slots` slots: (cache, next-token logits [N, V], positions [N])."""
+    hidden, cache = forward(CFG, params, tokens, positions_from_mask(mask), mask,
+                            cache=init_cache(CFG, tokens.shape[0], slots), cache_index=0)
+    return cache, unembed(CFG, params, hidden[:, -1]), mask.sum(-1).astype(jnp.int32)
+
+
+@pytest.mark.parametrize("decoded_before_fork", [0, 3])
+def test_forked_cache_decodes_as_a_fresh_prefill_of_each_rows_prefix(decoded_before_fork):
+    """Prefill B prompts, decode k tokens, fork to N rows (repeats, reordering, rows dropped), decode n more
+    greedily == prefill each forked row's prefix (its prompt and k tokens) from scratch and decode n."""
+    k, n = decoded_before_fork, 5
+    tokens, mask = prompts()  # [4, 8], left-padded
+    p = tokens.shape[1]
+    slots = p + k + n
+    source = jnp.asarray([2, 0, 0, 3, 2, 2, 0], jnp.int32)  # row 1 dropped, others repeated
+    cache, logits, positions = prefill(params(), jnp.asarray(tokens), jnp.asarray(mask), slots)
+    decoded, _, cache, logits, positions = greedy_decode(params(), cache, logits, positions, p, k)
+    forked = fork_rows((cache, logits, positions), source)
+    got_tokens, got_logits, *_ = greedy_decode(params(), *forked, p + k, n)
+
+    prefix = np.concatenate([np.asarray(tokens), np.asarray(decoded)], 1)[np.asarray(source)]  # [N, P + k]
+    prefix_mask = np.concatenate([np.asarray(mask), np.ones((len(tokens), k), bool)], 1)[np.asarray(source)]
+    ref_cache, ref_logits, ref_positions = prefill(params(), jnp.asarray(prefix), jnp.asarray(prefix_mask), slots)
+    want_tokens, want_logits, *_ = greedy_decode(params(), ref_cache, ref_logits, ref_positions, p + k, n)
+    np.testing.assert_array_equal(got_tokens, want_tokens)
+    np.testing.assert_allclose(got_logits, want_logits, atol=1e-4, rtol=1e-5)
+    assert len(set(map(tuple, np.asarray(got_tokens).tolist()))) == 3  # the three prompts continue differently
+
+
+def test_shared_prefix_prefill_generates_as_the_repeated_prompts():
+    """generate(B distinct prompts, prompt_index [N]) == generate(prompts repeated to N rows): the same tokens and
+    log-probs within float rounding (the [B, P] and [N, P] prefills round differently on XLA:CPU; not bit-equal)."""
+    tokens, mask = prompts()
+    index = np.repeat(np.arange(len(PROMPTS)), 3).astype(np.int32)  # G = 3
+    cfg = SamplingConfig(max_new_tokens=T, **STOPPING)
+    repeated = generate(CFG, params(), tokens[index], mask[index], jax.random.key(11), cfg)
+    shared = generate(CFG, params(), tokens, mask, jax.random.key(11), cfg, jnp.asarray(index))
+    np.testing.assert_array_equal(shared.prompt_tokens, tokens[index])
+    np.testing.assert_array_equal(shared.prompt_mask, mask[index])
+    np.testing.assert_array_equal(shared.completion_tokens, repeated.completion_tokens)
+    np.testing.assert_array_equal(shared.completion_mask, repeated.completion_mask)
+    np.testing.assert_allclose(shared.logprobs, repeated.logprobs, atol=1e-5, rtol=0)
+    assert len(set(map(tuple, np.asarray(shared.completion_tokens).tolist()))) > len(PROMPTS)  # rows differ

@@ -20,6 +20,7 @@ from rl4llm.models import (
     KVCache,
     ModelConfig,
     Params,
+    fork_rows,
     forward,
     init_cache,
     positions_from_mask,
@@ -187,26 +188,35 @@ class _DecodeState(flax.struct.PyTreeNode):
 
 @functools.partial(jax.jit, static_argnames=("model_cfg", "sampling_cfg"))
 def generate(model_cfg: ModelConfig, params: Params, prompt_tokens: jax.Array,
-             prompt_mask: jax.Array, key: jax.Array, sampling_cfg: SamplingConfig) -> Rollout:
+             prompt_mask: jax.Array, key: jax.Array, sampling_cfg: SamplingConfig,
+             prompt_index: jax.Array | None = None) -> Rollout:
     """Samples T = sampling_cfg.max_new_tokens tokens after each (left-padded) prompt.
 
-    prompt_tokens: [N, P] int32; prompt_mask: [N, P] bool/0-1. Prefill writes the prompt to a KV cache
-    of P + T slots; RoPE positions come from the mask, so padding does not shift them. Token t is drawn
-    with key fold_in(key, t); the decode loop stops once every row has emitted a stop token or T tokens
-    exist. Jitted with both configs static: the same shapes and configs never recompile.
-    Log-probs follow the module docstring convention.
+    prompt_tokens: [B, P] int32; prompt_mask: [B, P] bool/0-1. Prefill writes the prompts to a KV cache
+    of P + T slots; RoPE positions come from the mask, so padding does not shift them. prompt_index: None (the
+    N = B rows are the prompts), or [N] int32 in [0, B): row n continues prompt prompt_index[n], whose prefill
+    (cache row and next-token logits) is computed once and forked to its rows (`fork_rows`), so a group of G
+    completions of one prompt pays for one prefill instead of G. Token t is drawn with key fold_in(key, t); the
+    decode loop stops once every row has emitted a stop token or T tokens exist. Jitted with both configs
+    static: the same shapes and configs never recompile. Log-probs follow the module docstring convention.
     """
     cfg = sampling_cfg
-    n, p = prompt_tokens.shape
+    p = prompt_tokens.shape[1]
     t_max = cfg.max_new_tokens
     prompt_mask = prompt_mask.astype(bool)
-    prompt_len = prompt_mask.sum(-1).astype(jnp.int32)  # [N]
     stop_ids = jnp.asarray(cfg.stop_token_ids, jnp.int32)
 
     hidden, cache = forward(model_cfg, params, prompt_tokens, positions_from_mask(prompt_mask),
-                            prompt_mask, cache=init_cache(model_cfg, n, p + t_max), cache_index=0)
-    last_real = p - 1 - jnp.argmax(prompt_mask[:, ::-1], axis=-1)  # [N]
-    last_hidden = jnp.take_along_axis(hidden, last_real[:, None, None], axis=1)[:, 0]  # [N, E]
+                            prompt_mask, cache=init_cache(model_cfg, prompt_tokens.shape[0], p + t_max),
+                            cache_index=0)
+    last_real = p - 1 - jnp.argmax(prompt_mask[:, ::-1], axis=-1)  # [B]
+    last_hidden = jnp.take_along_axis(hidden, last_real[:, None, None], axis=1)[:, 0]  # [B, E]
+    logits = unembed(model_cfg, params, last_hidden)  # [B, V]
+    if prompt_index is not None:
+        prompt_tokens, prompt_mask, cache, logits = fork_rows((prompt_tokens, prompt_mask, cache, logits),
+                                                              prompt_index)
+    n = prompt_tokens.shape[0]
+    prompt_len = prompt_mask.sum(-1).astype(jnp.int32)  # [N]
 
     def sample(state: _DecodeState) -> _DecodeState:
         """Draws token `step` from `state.logits` and records it."""
@@ -233,7 +243,7 @@ def generate(model_cfg: ModelConfig, params: Params, prompt_tokens: jax.Array,
         return (state.step < t_max) & ~jnp.all(state.done)
 
     state = sample(_DecodeState(
-        step=jnp.int32(0), cache=cache, logits=unembed(model_cfg, params, last_hidden),
+        step=jnp.int32(0), cache=cache, logits=logits,
         tokens=jnp.full((n, t_max), cfg.pad_id, jnp.int32),
         logprobs=jnp.zeros((n, t_max), jnp.float32),
         emitted=jnp.zeros((n, t_max), bool), done=jnp.zeros((n,), bool)))
