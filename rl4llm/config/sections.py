@@ -103,6 +103,8 @@ class Sampling:
     min_p: float = param(0.0, "min-p: keep tokens with p >= min_p * max p, after top-k/top-p (0: off)",
                          Between(0.0, 1.0))
     max_new_tokens: int = param(32, "the response budget", AtLeast(1))
+    shared_prefix_prefill: bool = param(False, "prefill each prompt once, fork its KV cache to its G rows "
+                                        "(fewer FLOPs; rounds differently from the G prefills)", Boolean())
     prompt_bucket: int = param(16, "prompt lengths are multiples of this (few compiled shapes)", AtLeast(1))
 
 
