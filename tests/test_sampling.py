@@ -23,6 +23,7 @@ from rl4llm.models import (
 from rl4llm.sampling import (
     SamplingConfig,
     bucket_length,
+    entropy_temperature,
     filter_min_p,
     filter_top_k,
     filter_top_p,
@@ -367,3 +368,77 @@ def test_shared_prefix_prefill_generates_as_the_repeated_prompts():
     np.testing.assert_array_equal(shared.completion_mask, repeated.completion_mask)
     np.testing.assert_allclose(shared.logprobs, repeated.logprobs, atol=1e-5, rtol=0)
     assert len(set(map(tuple, np.asarray(shared.completion_tokens).tolist()))) > len(PROMPTS)  # rows differ
+
+
+def hapo_official_temperature(logits: np.ndarray, temperature: float, stats, tau: float, eps: float = 1e-6):
+    """numpy transcription of starriver030515/HAPO `compute_entropy_based_temperature` (vllm/v1/sample/sampler.py)."""
+    median, std, scale_pos, scale_neg = stats
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    entropy = -(np.exp(log_probs) * log_probs).sum(-1)
+    entropy = np.log(np.maximum(entropy, eps))
+    h = (entropy - median) / (std + eps)
+    h_hat = np.clip(np.where(h > 0, h * scale_pos, np.where(h <= 0, h * scale_neg, 0.0)), -1, 1)
+    return temperature * (1.0 + h_hat * tau)
+
+
+HAPO_STATS = (0.5, 0.3, 0.7, 0.4)  # median, std of the log-entropies, scale_pos, scale_neg
+
+
+def test_entropy_temperature_matches_the_official_formula_jit_and_eager():
+    logits = jax.random.normal(jax.random.key(5), (64, CFG.vocab_size)) * jnp.linspace(0.1, 8.0, 64)[:, None]
+    stats = jnp.asarray(HAPO_STATS)
+    eager = entropy_temperature(logits, 0.9, stats, 0.05)
+    jitted = jax.jit(entropy_temperature, static_argnums=(1, 3))(logits, 0.9, stats, 0.05)
+    np.testing.assert_allclose(eager, jitted, rtol=1e-6)  # XLA fuses the jitted one: an ulp apart
+    expected = hapo_official_temperature(np.asarray(logits, np.float64), 0.9, HAPO_STATS, 0.05)
+    np.testing.assert_allclose(eager, expected, rtol=1e-5)
+    assert float(eager.min()) == pytest.approx(0.9 * 0.95) and float(eager.max()) == pytest.approx(0.9 * 1.05)
+    assert len(np.unique(np.round(np.asarray(eager), 6))) > 10  # the unclipped middle is used too
+
+
+def test_entropy_temperature_hand_cases():
+    stats = jnp.asarray([0.0, 1.0, 1.0, 1.0])
+    uniform = jnp.zeros((1, 4))  # H = log 4, e = log(log 4) = 0.3266 > 0: a bit hotter
+    np.testing.assert_allclose(entropy_temperature(uniform, 1.0, stats, 0.1), [1.0 + 0.1 * np.log(np.log(4))],
+                               rtol=1e-5)
+    peaked = jnp.asarray([[30.0, 0.0, 0.0, 0.0]])  # H ~ 3e-12, e = log(1e-6): clipped to -1, cooler by tau
+    np.testing.assert_allclose(entropy_temperature(peaked, 2.0, stats, 0.1), [2.0 * 0.9], rtol=1e-6)
+    np.testing.assert_array_equal(entropy_temperature(uniform, 1.3, stats, 0.0), np.float32([1.3]))  # tau = 0: the base
+
+
+def test_per_row_temperature_input():
+    logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]] * 2))
+    cfg = SamplingConfig(max_new_tokens=1, temperature=0.7, top_k=3)
+    key = jax.random.key(3)
+    same = sample_tokens(logits, key, cfg, jnp.full((2,), 0.7))
+    default_ = sample_tokens(logits, key, cfg)
+    np.testing.assert_array_equal(same[0], default_[0])  # the base temperature per row is the scalar, bit for bit
+    np.testing.assert_array_equal(same[1], default_[1])
+    n = 20000
+    keys = jax.random.split(jax.random.key(0), n)
+    rows = jax.vmap(lambda k: sample_tokens(logits, k, SamplingConfig(max_new_tokens=1),
+                                            jnp.asarray([0.5, 2.0]))[0])(keys)  # [n, 2]
+    for row, t in enumerate((0.5, 2.0)):
+        want = np.asarray(jax.nn.softmax(logits[row] / t))
+        np.testing.assert_allclose(np.bincount(np.asarray(rows[:, row]), minlength=4) / n, want, atol=0.015)
+    tokens, logprobs = sample_tokens(logits, key, cfg, jnp.asarray([0.5, 2.0]))
+    for row, t in enumerate((0.5, 2.0)):
+        assert float(logprobs[row]) == pytest.approx(float(jax.nn.log_softmax(logits[row] / t)[tokens[row]]), rel=1e-6)
+
+
+def test_generate_with_hapo_temperature_reports_each_tokens_temperature_and_log_prob():
+    tokens, mask = prompts()
+    cfg = SamplingConfig(max_new_tokens=T, temperature=1.0, temperature_tau=0.3, stop_token_ids=STOP, pad_id=49)
+    rollout = generate(CFG, params(), tokens, mask, jax.random.key(8), cfg, entropy_stats=jnp.asarray(HAPO_STATS))
+    temps = np.asarray(rollout.temperatures)
+    on = np.asarray(rollout.completion_mask)
+    assert np.all(temps[~on] == 0) and np.all((temps[on] >= 0.7 - 1e-6) & (temps[on] <= 1.3 + 1e-6))
+    assert temps[on].std() > 0.01  # the temperature does vary token to token
+    logp = jax.nn.log_softmax(completion_logits(rollout) / jnp.where(on, temps, 1.0)[..., None], axis=-1)
+    expected = jnp.where(on, jnp.take_along_axis(logp, rollout.completion_tokens[..., None], axis=-1)[..., 0], 0.0)
+    np.testing.assert_allclose(rollout.logprobs, expected, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="entropy_stats"):
+        generate(CFG, params(), tokens, mask, jax.random.key(8), cfg)
+    with pytest.raises(ValueError, match="temperature_tau"):
+        SamplingConfig(max_new_tokens=4, temperature=0.0, temperature_tau=0.1)
