@@ -254,6 +254,8 @@ def generate_turn(model_cfg: ModelConfig, params: Params, cache: KVCache, logits
     (log_softmax(logits / temperature), unfiltered).
     """
     cfg = sampling_cfg
+    if cfg.temperature_tau > 0:
+        raise ValueError("generate_turn: the adaptive temperature (temperature_tau > 0) is single-turn only.")
     n = logits.shape[0]
     a = cfg.max_new_tokens
     k = min(entropy_top_k, logits.shape[-1])
