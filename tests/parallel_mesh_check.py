@@ -79,6 +79,9 @@ def main():
     assert max(float(np.abs(g).max()) for g in jax.tree.leaves(ref_grads)) > 1e-3, "gradients too small to compare"
     prompts = (np.asarray(batch.tokens[:, :P_LEN]), np.asarray(batch.attention_mask[:, :P_LEN]))
     ref_rollout = jax.device_get(sampling.generate(MODEL, host_state.params, *prompts, jax.random.key(5), SAMPLING))
+    group_index = np.repeat(np.arange(len(prompts[0]) // 2), 2).astype(np.int32)  # half the prompts, G = 2
+    ref_groups = jax.device_get(sampling.generate(MODEL, host_state.params, *(x[group_index] for x in prompts),
+                                                  jax.random.key(5), SAMPLING))
 
     for shape in ((8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 1, 8)):
         layout = layout_lib.Layout(mesh_lib.meshes_from_config(mesh_config(*shape)), MODEL)
@@ -131,6 +134,10 @@ def main():
         assert tokens_sharding.is_fully_replicated, name
         check_rollout(jax.device_get(rollout), ref_rollout, name)
         print(name, "sampler matches", flush=True)
+        # Each prompt prefilled once, its KV cache forked to its rows (sampling.shared_prefix_prefill).
+        distinct = tuple(x[:len(group_index) // 2] for x in prompts)
+        forked = layout.generate(learner_params, *distinct, jax.random.key(5), SAMPLING, group_index)
+        check_rollout(jax.device_get(forked), ref_groups, f"{name} shared-prefix prefill")
     print("OK")
 
 

@@ -100,7 +100,11 @@ class Sampling:
     temperature: float = param(1.0, "sampling temperature of the rollouts", Between(0.0, 100.0, low_open=True))
     top_k: int = param(0, "keep the k most likely tokens (0: all)", AtLeast(0))
     top_p: float = param(1.0, "nucleus sampling mass", Between(0.0, 1.0, low_open=True))
+    min_p: float = param(0.0, "min-p: keep tokens with p >= min_p * max p, after top-k/top-p (0: off)",
+                         Between(0.0, 1.0))
     max_new_tokens: int = param(32, "the response budget", AtLeast(1))
+    shared_prefix_prefill: bool = param(False, "prefill each prompt once, fork its KV cache to its G rows "
+                                        "(fewer FLOPs; rounds differently from the G prefills)", Boolean())
     prompt_bucket: int = param(16, "prompt lengths are multiples of this (few compiled shapes)", AtLeast(1))
 
 

@@ -5,6 +5,7 @@ from rl4llm.models.decoder import (
     Params,
     apply,
     completion_hidden,
+    fork_rows,
     forward,
     init_cache,
     init_params,
@@ -14,6 +15,6 @@ from rl4llm.models.decoder import (
 )
 
 __all__ = [
-    "LORA_TARGETS", "PRESETS", "REMAT_MODES", "ModelConfig", "get_config", "KVCache", "Params", "apply", "completion_hidden", "forward", "init_cache",
+    "LORA_TARGETS", "PRESETS", "REMAT_MODES", "ModelConfig", "get_config", "KVCache", "Params", "apply", "completion_hidden", "fork_rows", "forward", "init_cache",
     "init_params", "param_logical_axes", "positions_from_mask", "unembed",
 ]

@@ -434,6 +434,19 @@ def init_cache(cfg: ModelConfig, batch_size: int, max_len: int) -> KVCache:
     return KVCache(k=zeros(), v=zeros(), key_mask=jnp.zeros((batch_size, max_len), bool))
 
 
+def fork_rows(rows_state: Any, source: jax.Array) -> Any:
+    """Row j of every array of `rows_state` becomes a copy of row source[j]: a `KVCache` (every slot of every
+    layer and its key_mask) together with the per-row state that goes with it (next-token logits, RoPE positions,
+    prompt tokens), forked in one call.
+
+    rows_state: a pytree of arrays whose first axis is the row, [B, ...]; source: [N] int32 in [0, B). Returns the
+    same tree with [N, ...] arrays: N > B forks a prefilled prompt into the G rows of its group (`sampling.generate`
+    with prompt_index), N = B copies a row over another (ARPO branching, `sampling.multi_turn`). Decoding from
+    row j then continues exactly as from row source[j] (tested against prefilling each row's prefix from scratch).
+    """
+    return jax.tree.map(lambda x: jnp.take(x, source, axis=0), rows_state)
+
+
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
     """RoPE positions: cumsum(mask) - 1 clipped at 0, so left padding does not shift them. [B, L] int32."""
     return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)

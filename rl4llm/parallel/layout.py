@@ -79,37 +79,45 @@ class Layout:
         return {}
 
     def generate_program(self, sampling_cfg: sampling.SamplingConfig) -> Callable:
-        """The jitted `sampling.generate` of `sampling_cfg` on the sampler mesh (compiled once per config), taking
-        `sampler_inputs(...)` and returning the Rollout replicated on the sampler mesh."""
+        """The jitted `sampling.generate` of `sampling_cfg` on the sampler mesh (compiled once per config and
+        prompt_index None / array), taking `sampler_inputs(...)` and returning the Rollout replicated on the sampler
+        mesh."""
         program = self._generate_programs.get(sampling_cfg)
         if program is None:
             mesh = self.meshes.sampler
 
-            def generate(params, prompt_tokens, prompt_mask, key):
+            def generate(params, prompt_tokens, prompt_mask, key, prompt_index=None):
                 with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):  # activations' row constraints
-                    return sampling.generate(self.model_cfg, params, prompt_tokens, prompt_mask, key, sampling_cfg)
+                    return sampling.generate(self.model_cfg, params, prompt_tokens, prompt_mask, key, sampling_cfg,
+                                             prompt_index)
 
             program = jax.jit(generate, out_shardings=rules_lib.replicated(mesh))
             self._generate_programs[sampling_cfg] = program
         return program
 
-    def sampler_inputs(self, params: Any, prompt_tokens, prompt_mask, key: jax.Array) -> tuple:
-        """(params, prompt_tokens, prompt_mask, key) placed for the sampler: the learner's params resharded
-        (`sampler_params`), the prompts' rows over the sampler's batch axes (replicated when they do not divide,
-        e.g. ReMax's B greedy prompts), the key replicated."""
-        rows = self.sampler_batch
-        if prompt_tokens.shape[0] % rows.num_devices:
-            rows = rules_lib.replicated(self.meshes.sampler)
-        prompts = rules_lib.place((prompt_tokens, prompt_mask), rows)
+    def sampler_inputs(self, params: Any, prompt_tokens, prompt_mask, key: jax.Array, prompt_index=None) -> tuple:
+        """(params, prompt_tokens, prompt_mask, key, prompt_index) placed for the sampler: the learner's params
+        resharded (`sampler_params`), the prompts' rows (and prompt_index's, if any) over the sampler's batch axes
+        (replicated when they do not divide, e.g. ReMax's B greedy prompts), the key replicated."""
+        prompts = rules_lib.place((prompt_tokens, prompt_mask), self.sampler_rows(prompt_tokens.shape[0]))
         key = rules_lib.place(key, rules_lib.replicated(self.meshes.sampler))
-        return (self.sampler_params(params), *prompts, key)
+        if prompt_index is not None:
+            prompt_index = rules_lib.place(prompt_index, self.sampler_rows(prompt_index.shape[0]))
+        return (self.sampler_params(params), *prompts, key, prompt_index)
+
+    def sampler_rows(self, num_rows: int) -> NamedSharding:
+        """Rows split over the sampler's batch axes, or replicated when they do not divide."""
+        rows = self.sampler_batch
+        return rows if num_rows % rows.num_devices == 0 else rules_lib.replicated(self.meshes.sampler)
 
     def generate(self, params: Any, prompt_tokens, prompt_mask, key: jax.Array,
-                 sampling_cfg: sampling.SamplingConfig) -> sampling.Rollout:
+                 sampling_cfg: sampling.SamplingConfig, prompt_index=None) -> sampling.Rollout:
         """`sampling.generate` on the sampler mesh; `params` are the LEARNER's (resharded here), prompt_tokens /
-        prompt_mask [N, P] host or device arrays, `key` a PRNG key. The Rollout comes back replicated on the
-        learner mesh (readable by every process; the learner's steps split its rows)."""
-        rollout = self.generate_program(sampling_cfg)(*self.sampler_inputs(params, prompt_tokens, prompt_mask, key))
+        prompt_mask [B, P] host or device arrays, `key` a PRNG key, prompt_index None or [N] (`sampling.generate`).
+        The Rollout comes back replicated on the learner mesh (readable by every process; the learner's steps split
+        its rows)."""
+        inputs = self.sampler_inputs(params, prompt_tokens, prompt_mask, key, prompt_index)
+        rollout = self.generate_program(sampling_cfg)(*inputs)
         return rollout if self.meshes.shared else rules_lib.place(rollout, rules_lib.replicated(self.meshes.learner))
 
 

@@ -3,6 +3,8 @@ from rl4llm.sampling.sampler import (
     Rollout,
     SamplingConfig,
     bucket_length,
+    entropy_temperature,
+    filter_min_p,
     filter_top_k,
     filter_top_p,
     generate,
@@ -11,6 +13,6 @@ from rl4llm.sampling.sampler import (
 )
 
 __all__ = [
-    "Rollout", "SamplingConfig", "bucket_length", "filter_top_k", "filter_top_p", "generate",
-    "pad_prompts", "sample_tokens",
+    "Rollout", "SamplingConfig", "bucket_length", "entropy_temperature", "filter_min_p", "filter_top_k",
+    "filter_top_p", "generate", "pad_prompts", "sample_tokens",
 ]

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl4llm.models import KVCache, ModelConfig, Params, forward, init_cache, unembed
+from rl4llm.models import KVCache, ModelConfig, Params, fork_rows, forward, init_cache, unembed
 from rl4llm.rl.multi_turn import arpo_branch_counts, arpo_step_entropy
 from rl4llm.sampling.sampler import SamplingConfig, bucket_length, sample_tokens
 
@@ -254,6 +254,8 @@ def generate_turn(model_cfg: ModelConfig, params: Params, cache: KVCache, logits
     (log_softmax(logits / temperature), unfiltered).
     """
     cfg = sampling_cfg
+    if cfg.temperature_tau > 0:
+        raise ValueError("generate_turn: the adaptive temperature (temperature_tau > 0) is single-turn only.")
     n = logits.shape[0]
     a = cfg.max_new_tokens
     k = min(entropy_top_k, logits.shape[-1])
@@ -366,13 +368,9 @@ def _pad_segments(segments: list[list[int]], pad_id: int, bucket: int) -> tuple[
     return tokens, mask
 
 
-@functools.partial(jax.jit, donate_argnames=("cache",))
-def copy_rows(cache: KVCache, logits: jax.Array, positions: jax.Array, source: jax.Array
-              ) -> tuple[KVCache, jax.Array, jax.Array]:
-    """Row b of the cache (every slot and its key_mask), logits [B, V] and positions [B] becomes row source[b]'s
-    (source: [B] int32; source[b] = b keeps a row). A branch copy so continues exactly as its parent would."""
-    take = lambda x: jnp.take(x, source, axis=0)  # noqa: E731
-    return jax.tree.map(take, cache), take(logits), take(positions)
+# A branch: row b of (cache, logits [B, V], positions [B]) becomes row source[b]'s (source[b] = b keeps a row), so a
+# copy continues exactly as its parent would (`models.fork_rows`, shared with the sampler's prompt prefill).
+_fork_rows = jax.jit(fork_rows, donate_argnums=0)
 
 
 _branch_counts = jax.jit(arpo_branch_counts, static_argnames=("entropy_weight", "branch_probability", "beam_size"))
@@ -537,7 +535,7 @@ def rollout(model_cfg: ModelConfig, params: Params, tokenizer, envs: Sequence[Ag
         if arpo is not None:
             source = arpo.branch(turn_round, rows, envs, called_tool)
             if (source != np.arange(b)).any():
-                cache, logits, positions = copy_rows(cache, logits, positions, jnp.asarray(source, jnp.int32))
+                cache, logits, positions = _fork_rows((cache, logits, positions), jnp.asarray(source, jnp.int32))
     outcomes = [[float(env.outcome().get(name, 0.0)) for name in cfg.outcome_components] for env in envs]
     return collate(rows, outcomes, group_ids, cfg, sampling_cfg.pad_id)
 

@@ -78,7 +78,7 @@ def build_setup(config, workdir: str) -> AgentSetup:
     model_cfg = setup_lib.model_config(config, tokenizer.vocab_size)
     rollout_cfg = sampling.SamplingConfig(
         max_new_tokens=agent.max_action_tokens, temperature=config.sampling.temperature,
-        top_k=config.sampling.top_k, top_p=config.sampling.top_p,
+        top_k=config.sampling.top_k, top_p=config.sampling.top_p, min_p=config.sampling.min_p,
         stop_token_ids=tokenizer.stop_token_ids, pad_id=tokenizer.pad_id)
     env = source.env()
     mt_cfg = multi_turn.MultiTurnConfig(
@@ -94,7 +94,8 @@ def build_setup(config, workdir: str) -> AgentSetup:
     return AgentSetup(
         task=None, eval_examples=(), eval_spec=None, score_fn=None, rewards=None, tokenizer=tokenizer,
         model_cfg=model_cfg, source=source, explore=entry.explore(env_cfg),
-        rollout_cfg=rollout_cfg, greedy_cfg=dataclasses.replace(rollout_cfg, temperature=0.0, top_k=0, top_p=1.0),
+        rollout_cfg=rollout_cfg,
+        greedy_cfg=dataclasses.replace(rollout_cfg, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0),
         mt_cfg=mt_cfg, eval_tasks=tuple(source.test_tasks(agent.eval_tasks)),
         turn_weights=_weights(agent.turn_reward, mt_cfg.turn_components),
         outcome_weights=_weights(agent.outcome_reward, mt_cfg.outcome_components), logprob_fn=logprob_fn,

@@ -174,14 +174,16 @@ def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
     n = rollout_rows(config)
     sampling_cfg = sampling.SamplingConfig(
         max_new_tokens=config.sampling.max_new_tokens, temperature=config.sampling.temperature,
-        top_k=config.sampling.top_k, top_p=config.sampling.top_p, stop_token_ids=(0,), pad_id=0)
-    rows = layout.sampler_batch if n % layout.sampler_batch.num_devices == 0 else rules_lib.replicated(mesh)
+        top_k=config.sampling.top_k, top_p=config.sampling.top_p, min_p=config.sampling.min_p,
+        stop_token_ids=(0,), pad_id=0)
+    prompts = config.rl.num_prompts if config.sampling.shared_prefix_prefill else n  # rows prefilled
     sampler_params = sharded(params, rules_lib.tree_shardings(mesh, params, model_cfg, layout.rules))
-    args = (sampler_params, SDS((n, prompt_len), jnp.int32, sharding=rows), SDS((n, prompt_len), jnp.bool_,
-            sharding=rows), key_struct(mesh))
+    args = (sampler_params, SDS((prompts, prompt_len), jnp.int32, sharding=layout.sampler_rows(prompts)),
+            SDS((prompts, prompt_len), jnp.bool_, sharding=layout.sampler_rows(prompts)), key_struct(mesh),
+            SDS((n,), jnp.int32, sharding=layout.sampler_rows(n)) if config.sampling.shared_prefix_prefill else None)
     costs = aot_costs.Costs(model_cfg, dict(mesh.shape))
     out = [build("sampler.generate", layout.generate_program(sampling_cfg), args,
-                 costs.generate(n, prompt_len, sampling_cfg.max_new_tokens))]
+                 costs.generate(n, prompt_len, sampling_cfg.max_new_tokens, prompts))]
     if layout.meshes.placement == "colocated":
         reshard = jax.jit(lambda p: p, out_shardings=jax.tree.map(lambda s: s.sharding, sampler_params))
         out.append(build("weights.learner_to_sampler", reshard, (params,), costs.transfer(params, sampler_params)))

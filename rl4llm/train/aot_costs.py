@@ -101,10 +101,11 @@ class Costs:
         heads = cfg.num_kv_heads // self.tensor if cfg.num_kv_heads % self.tensor == 0 else cfg.num_kv_heads
         return 2.0 * cfg.num_layers * local_rows * heads * slots * cfg.head_dim * jnp.dtype(cfg.dtype).itemsize
 
-    def generate(self, rows: int, prompt_len: int, new_tokens: int) -> list[Phase]:
-        """Prefill of the prompts (logits of the last token only), then `new_tokens - 1` decode steps, each
-        reading every weight and the whole cache (the loop runs that many when no row stops early)."""
-        prefill = flops_lib.sequence_forward_flops(self.cfg, rows, prompt_len, 1)
+    def generate(self, rows: int, prompt_len: int, new_tokens: int, prefill_rows: int | None = None) -> list[Phase]:
+        """Prefill of the prompts (logits of the last token only; `prefill_rows` distinct prompts forked to the
+        `rows` when given, else one per row), then `new_tokens - 1` decode steps, each reading every weight and
+        the whole cache (the loop runs that many when no row stops early)."""
+        prefill = flops_lib.sequence_forward_flops(self.cfg, prefill_rows or rows, prompt_len, 1)
         decode = flops_lib.decode_flops(self.cfg, rows, prompt_len, new_tokens)
         step_bytes = self.weights_read() + self.kv_cache_read(rows, prompt_len + new_tokens)
         return [Phase("prefill", prefill, prefill, self.weights_read()),

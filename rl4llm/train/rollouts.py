@@ -14,11 +14,12 @@ from rl4llm.train import batches
 from rl4llm.train import prompt_selection
 from rl4llm.train.setup import Setup
 
-def generate(setup: Setup, params, prompt_tokens, prompt_mask, key, sampling_cfg) -> sampling.Rollout:
+def generate(setup: Setup, params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index=None
+             ) -> sampling.Rollout:
     """`sampling.generate`, on the sampler mesh when the run has a mesh (`Layout.generate`)."""
     if setup.layout is None:
-        return sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, sampling_cfg)
-    return setup.layout.generate(params, prompt_tokens, prompt_mask, key, sampling_cfg)
+        return sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index)
+    return setup.layout.generate(params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index)
 
 
 def step_prompts(config, setup: Setup, step: int):
@@ -63,15 +64,18 @@ def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.n
 
 def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes):
     """`counts[i]` completions of each prompt `prompts[i]` (in order), scored against `answers[i]` with
-    `prefixes[i]` scored before each completion. -> (`prompt_selection.Rows` [sum(counts)], reward metrics)."""
+    `prefixes[i]` scored before each completion. -> (`prompt_selection.Rows` [sum(counts)], reward metrics).
+    With `config.sampling.shared_prefix_prefill` each prompt is prefilled once and its KV cache forked to its rows."""
     counts = np.asarray(counts)
-    prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
-    prompt_tokens = np.repeat(prompt_tokens, counts, axis=0)
-    prompt_mask = np.repeat(prompt_mask, counts, axis=0)
-    rollout = generate(setup, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg)
-    group_ids = np.repeat(np.arange(len(prompts)), counts)
+    distinct_tokens, distinct_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
+    prompt_index = np.repeat(np.arange(len(prompts), dtype=np.int32), counts)
+    prompt_tokens, prompt_mask = distinct_tokens[prompt_index], distinct_mask[prompt_index]
+    if config.sampling.shared_prefix_prefill:
+        rollout = generate(setup, params, distinct_tokens, distinct_mask, key, setup.rollout_cfg, prompt_index)
+    else:
+        rollout = generate(setup, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg)
     scores, main, components, completion_mask, finished, reward_metrics = score(
-        config, setup, rollout, np.repeat(answers, counts).tolist(), group_ids,
+        config, setup, rollout, np.repeat(answers, counts).tolist(), prompt_index,
         np.repeat(prefixes, counts).tolist() if any(prefixes) else None,
     )
     completion_tokens, logprobs = jax.device_get((rollout.completion_tokens, rollout.logprobs))

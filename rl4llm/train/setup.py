@@ -55,11 +55,12 @@ def build_setup(config, workdir: str) -> Setup:
         temperature=config.sampling.temperature,
         top_k=config.sampling.top_k,
         top_p=config.sampling.top_p,
+        min_p=config.sampling.min_p,
         stop_token_ids=tokenizer.stop_token_ids,
         pad_id=tokenizer.pad_id,
     )
     eval_spec = evaluate_lib.EvalSpec(
-        greedy=dataclasses.replace(rollout_cfg, temperature=0.0, top_k=0, top_p=1.0),
+        greedy=dataclasses.replace(rollout_cfg, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0),
         sampled=rollout_cfg,
         pass_n=config.eval.pass_n,
         pass_k=tuple(config.eval.pass_k),
