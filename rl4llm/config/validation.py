@@ -145,7 +145,7 @@ def _abstract_inputs(names) -> dict:
         "scores": (n,), "mask": (n, t), "lengths": (n,), "rewards": (n, t), "values": (n, t), "baseline_scores": (n,),
         "process_rewards": (n, t), "reward_components": (n, 2), "seq_metric": (n,),
         "logp": (n, t), "old_logp": (n, t), "advantages": (n,), "entropy": (n, t), "proxy_logp": (n, t),
-        "target_advantages": (n,),
+        "target_advantages": (n,), "off_policy_mask": (n, t),
     }
     inputs = {k: jax.ShapeDtypeStruct(shape, jnp.float32) for k, shape in arrays.items() if k in names}
     if "group_ids" in names:
