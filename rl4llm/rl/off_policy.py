@@ -2,7 +2,9 @@
 teacher or reference solutions), marked per token by `off_policy_mask[N, T]` (1 on a trace's tokens).
 
 Same contract as `losses` (`(loss, metrics)`, `agg_mode` / `agg_weights` / `is_weights`); `off_policy_mask` is a
-standard loss input (`registry.LOSS_INPUTS`): None or all zeros = every token on-policy.
+standard loss input (`registry.LOSS_INPUTS`): None or all zeros = every token on-policy. Sampled tokens get PPO's
+clipped ratio in both losses; they differ on the trace tokens: `luffy` (policy shaping of π_θ), `rl_plus` (multiple
+importance sampling and an exploration-based advantage).
 """
 
 from __future__ import annotations
@@ -65,23 +67,83 @@ def luffy(
     `approx_kl` and `ratio_mean/max/min` over the on-policy tokens.
     """
     require("shaping_gamma", shaping_gamma, shaping_gamma > 0, "must be > 0")
+    off = _trace_tokens(off_policy_mask, mask)
+    is_weight = jnp.exp(jnp.where(off, logp, 0.0))  # π_θ(t) / π_b(t), π_b := 1
+    shaped = is_weight / (is_weight + shaping_gamma)
     adv = _token_advantages(advantages)
-    off = jnp.zeros(mask.shape, bool) if off_policy_mask is None else off_policy_mask != 0
-    on_mask, off_mask = mask * ~off, mask * off
+    token_loss, metrics = _mixed(adv, logp, old_logp, mask, off, -adv * shaped, is_weight, 1.0,
+                                 clip_low, clip_high, on_policy_clip)
+    metrics["off_shaped_weight_mean"] = _selected_mean(jax.lax.stop_gradient(shaped), mask * off)
+    return _reduce(token_loss, mask, agg_mode, agg_weights, is_weights), metrics
+
+
+def rl_plus(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    off_policy_mask: Optional[jax.Array] = None,  # [N, T] 1 on off-policy (trace) tokens
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    on_policy_clip: bool = True,
+    exploration_exponent: float = 0.5,
+    agg_mode: str = "token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """RL-PLUS hybrid-policy loss: multiple importance sampling and an exploration-based advantage on the trace
+    tokens (Dong et al. 2025, "RL-PLUS: Countering Capability Boundary Collapse of LLMs in Reinforcement Learning
+    with Hybrid-policy Optimization"; official code `rlplus_core_alg.compute_token_on_off_policy_loss` with
+    `off_policy_strategy="RL-PLUS"`, train_RL-PLUS.sh settings).
+
+    ```
+    on-policy tokens: as `luffy` (PPO clip without dual clip; `on_policy_clip=False`: −A·ρ)
+    trace tokens:     π_ω = (π_old + 1)/2                         (the unknown behaviour policy's estimate)
+                      w = π_θ / (½·π_old + ½·π_ω) = π_θ / (¾·π_old + ¼)   (MIS, balance heuristic over {π_old, π_ω})
+                      C = (1 − sg(π_θ))^γ                          (exploration weight, γ = exploration_exponent)
+                      L = −A·C·w
+    ```
+    π_old are the old log-probs of the trace tokens (the behaviour pass of the params before this step's updates;
+    with one update per step the learner's own, so π_old = π_θ there). The official code hard-codes γ = 0.5 and
+    this π_ω; w ∈ [0, 4] (≤ π_θ/¼), never clipped. dL/dlogp on a trace token = −A·C·w (C carries no gradient):
+    0 at π_θ = 0 (finite for a probability-0 trace token, −inf log-probs included) and at π_θ = 1 (C = 0).
+
+    Metrics: `off_policy_frac`; over the valid trace tokens `off_is_weight_mean/max/min` (w; 0 / 4 when there is
+    none, the identities of max / min on [0, 4]), `off_exploration_weight_mean` (C); the on-policy ones as `luffy`.
+    """
+    require("exploration_exponent", exploration_exponent, exploration_exponent >= 0, "must be >= 0")
+    off = _trace_tokens(off_policy_mask, mask)
+    policy_prob = jnp.exp(jnp.where(off, logp, 0.0))
+    old_prob = jnp.exp(jnp.where(off, old_logp, 0.0))
+    behaviour_estimate = 0.5 * (old_prob + 1.0)  # π_ω
+    is_weight = policy_prob / (0.5 * old_prob + 0.5 * behaviour_estimate)
+    exploration = (1.0 - jax.lax.stop_gradient(policy_prob)) ** exploration_exponent
+    adv = _token_advantages(advantages)
+    token_loss, metrics = _mixed(adv, logp, old_logp, mask, off, -adv * exploration * is_weight, is_weight, 4.0,
+                                 clip_low, clip_high, on_policy_clip)
+    metrics["off_exploration_weight_mean"] = _selected_mean(exploration, mask * off)
+    return _reduce(token_loss, mask, agg_mode, agg_weights, is_weights), metrics
+
+
+def _trace_tokens(off_policy_mask: Optional[jax.Array], mask: jax.Array) -> jax.Array:  # [N, T] bool
+    return jnp.zeros(mask.shape, bool) if off_policy_mask is None else off_policy_mask != 0
+
+
+def _mixed(adv, logp, old_logp, mask, off, off_loss, is_weight, weight_bound, clip_low, clip_high, on_policy_clip):
+    """Per-token loss: `off_loss` on trace tokens, PPO's clipped (or plain) ratio loss on the others, and the
+    metrics shared by the mixed-policy losses. The on-policy branch sees 0 log-probs on trace tokens, so their
+    (possibly −inf) log-probs never reach its exp; `is_weight` ∈ [0, weight_bound] on trace tokens."""
     log_ratio = _clamped_log_ratio(jnp.where(off, 0.0, logp), jnp.where(off, 0.0, old_logp))
-    on_loss, metrics = _ppo_token_loss(adv, log_ratio, on_mask, clip_low, clip_high, None)
+    on_loss, metrics = _ppo_token_loss(adv, log_ratio, mask * ~off, clip_low, clip_high, None)
     if not on_policy_clip:
         on_loss = -adv * jnp.exp(log_ratio)
         metrics = {k: v for k, v in metrics.items() if not k.startswith(("clip_frac", "dual_clip"))}
-    is_weight = jnp.exp(jnp.where(off, logp, 0.0))  # π_θ(t) / π_b(t), π_b := 1
-    shaped = is_weight / (is_weight + shaping_gamma)
-    token_loss = jnp.where(off, -adv * shaped, on_loss)
-    w, f = jax.lax.stop_gradient(is_weight), jax.lax.stop_gradient(shaped)
+    off_mask, w = mask * off, jax.lax.stop_gradient(is_weight)
     metrics.update({
         "off_policy_frac": masked_mean(off.astype(jnp.float32), mask),
         "off_is_weight_mean": _selected_mean(w, off_mask),
-        "off_shaped_weight_mean": _selected_mean(f, off_mask),
         "off_is_weight_max": jnp.max(jnp.where(off_mask != 0, w, 0.0)),
-        "off_is_weight_min": jnp.min(jnp.where(off_mask != 0, w, 1.0)),
+        "off_is_weight_min": jnp.min(jnp.where(off_mask != 0, w, weight_bound)),
     })
-    return _reduce(token_loss, mask, agg_mode, agg_weights, is_weights), metrics
+    return jnp.where(off, off_loss, on_loss), metrics

@@ -110,7 +110,9 @@ POLICY_LOSSES: dict[str, Callable[..., Any]] = {
     "lp_reg": losses.lp_reg,
     "hapo": losses.hapo,
     "steer": losses.steer,
-    "luffy": off_policy.luffy,  # mixed on-/off-policy groups: needs off_policy_mask to see the traces
+    # mixed on-/off-policy groups (rl.off_policy_traces): they need off_policy_mask to see the traces
+    "luffy": off_policy.luffy,
+    "rl_plus": off_policy.rl_plus,
 }
 
 # Per-token statistics of the whole minibatch that a loss's token selection / weighting depends on

@@ -305,6 +305,8 @@ MECHANISM_METRICS = {
               "dual_clip_frac"),
     "luffy": ("off_policy_frac", "off_is_weight_mean", "off_is_weight_max", "off_is_weight_min",
               "off_shaped_weight_mean", "clip_frac"),
+    "rl_plus": ("off_policy_frac", "off_is_weight_mean", "off_is_weight_max", "off_is_weight_min",
+                "off_exploration_weight_mean", "clip_frac"),
 }
 
 

@@ -18,6 +18,7 @@ LOGP = jnp.log(jnp.array([[0.5, 0.2, 0.6]]))
 OLD = jnp.log(jnp.array([[0.4, 0.3, 0.3]]))  # the old log-probs of trace tokens play no part
 OFF = jnp.array([[0.0, 1.0, 1.0]])
 ONES = jnp.ones((1, 3))
+ONE2 = jnp.ones((1, 2))
 
 
 def _grad(fn, logp):
@@ -192,3 +193,105 @@ def test_no_trace_tokens_metrics_are_the_identities_and_is_weights_multiply():
 def test_shaping_gamma_must_be_positive():
     with pytest.raises(ValueError, match="shaping_gamma=0"):
         off_policy.luffy(LOGP, OLD, jnp.ones((1,)), ONES, OFF, shaping_gamma=0.0)
+
+
+# ---------------------------------------------------------------------------------------------------- RL-PLUS
+
+
+def _mis(p, q):
+    """RL-PLUS's MIS weight by hand: π_ω = (q + 1)/2, w = p / (q/2 + π_ω/2) = p / (0.75·q + 0.25)."""
+    return p / (0.75 * q + 0.25)
+
+
+def test_rl_plus_hand_case():
+    # trace tokens: (π_θ, π_old) = (0.2, 0.3), (0.6, 0.3); on-policy token as LUFFY's (clipped at 1.2, no gradient)
+    fn = lambda lp: op.rl_plus(lp, OLD, jnp.ones((1,)), ONES, OFF)  # noqa: E731
+    loss, m = fn(LOGP)
+    w = np.array([_mis(0.2, 0.3), _mis(0.6, 0.3)])  # 0.2/0.475, 0.6/0.475
+    c = np.sqrt(1.0 - np.array([0.2, 0.6]))
+    np.testing.assert_allclose(w, [0.4210526, 1.2631579], rtol=1e-6)
+    np.testing.assert_allclose(loss, (-1.2 - (c * w).sum()) / 3, rtol=1e-6)
+    np.testing.assert_allclose(_grad(fn, LOGP), np.concatenate([[0.0], -c * w])[None] / 3, rtol=1e-5)
+    np.testing.assert_allclose(m["off_is_weight_mean"], w.mean(), rtol=1e-6)
+    np.testing.assert_allclose(m["off_is_weight_max"], w.max(), rtol=1e-6)
+    np.testing.assert_allclose(m["off_is_weight_min"], w.min(), rtol=1e-6)
+    np.testing.assert_allclose(m["off_exploration_weight_mean"], c.mean(), rtol=1e-6)
+    np.testing.assert_allclose(m["off_policy_frac"], 2 / 3, rtol=1e-6)
+
+
+def test_rl_plus_weight_is_bounded_and_exploration_vanishes_at_certainty():
+    """w ≤ 2·π_θ/π_old (the digest's bound: the π_ω half of the denominator is ≥ 0) and w ≤ 4·π_θ (π_ω ≥ ½), reached
+    at π_old = 0; C = 0 at π_θ = 1, so a certain trace token gets no gradient; exponent 0: C = 1."""
+    grid = np.linspace(0.01, 1.0, 12, dtype=np.float32)
+    p, q = (jnp.asarray(x.reshape(1, -1)) for x in np.meshgrid(grid, grid))
+    ones = jnp.ones_like(p)
+    loss_fn = lambda lp, o: op.rl_plus(lp, o, jnp.ones((1,)), ones, ones, exploration_exponent=0.0)  # noqa: E731
+    w = -np.asarray(jax.grad(lambda lp: loss_fn(lp, jnp.log(q))[0])(jnp.log(p))) * p.size  # = w (C = 1, A = 1)
+    np.testing.assert_allclose(w, _mis(p, q), rtol=1e-5)
+    assert np.all(w <= 2 * p / q + 1e-6) and np.all(w <= 4 * p + 1e-6)
+    _, m = op.rl_plus(jnp.log(jnp.array([[1.0, 0.5]])), jnp.log(jnp.zeros((1, 2))), jnp.ones((1,)), ONE2, ONE2)
+    np.testing.assert_allclose(m["off_is_weight_max"], 4.0, rtol=1e-6)
+    fn = lambda lp: op.rl_plus(lp, jnp.log(jnp.array([[0.3, 0.3]])), jnp.ones((1,)), ONE2, ONE2)  # noqa: E731
+    g = _grad(fn, jnp.log(jnp.array([[1.0, 0.5]])))
+    assert g[0, 0] == 0.0 and g[0, 1] < 0.0
+
+
+@pytest.mark.parametrize("trace_logp", [-jnp.inf, -1e4])
+def test_rl_plus_trace_token_of_probability_zero(trace_logp):
+    logp = LOGP.at[0, 1].set(trace_logp)
+    old = OLD.at[0, 1].set(trace_logp)
+    fn = lambda lp: op.rl_plus(lp, old, jnp.ones((1,)), ONES, OFF)  # noqa: E731
+    loss, m = fn(logp)
+    g = _grad(fn, logp)
+    assert np.isfinite(float(loss)) and np.all(np.isfinite(g)) and g[0, 1] == 0.0
+    assert all(np.isfinite(float(v)) for v in m.values())
+
+
+def official_rl_plus(old_log_prob, log_prob, advantages, eos_mask, cliprange, clip_upper_bound, prefix_mask,
+                     loss_remove_clip=False):
+    """numpy transcription of RL-PLUS's `compute_token_on_off_policy_loss` (rlplus_core_alg.py) with
+    off_policy_strategy="RL-PLUS", target_probs=None, no off / all clips, token mean. Returns pg_loss."""
+    ratio = np.exp(log_prob - old_log_prob)
+    on_pg_losses = -advantages * ratio
+    upper_bound = max(clip_upper_bound, 1.0 + cliprange)
+    if not loss_remove_clip:
+        on_pg_losses = np.maximum(on_pg_losses, -advantages * np.clip(ratio, 1.0 - cliprange, upper_bound))
+    omiga_prob = 0.5 * (np.exp(old_log_prob) + 1)
+    off_ratio = 2 * np.exp(log_prob) / (np.exp(old_log_prob) + omiga_prob)
+    explosion_based_advantages = advantages * (1 - np.exp(log_prob)) ** 0.5
+    off_pg_losses = -off_ratio * explosion_based_advantages
+    pg_losses = off_pg_losses * prefix_mask + on_pg_losses * (1 - prefix_mask)
+    return _masked_mean(pg_losses, eos_mask)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("remove_clip", [False, True])
+def test_rl_plus_matches_numpy_transcription_of_the_official_code(seed, remove_clip):
+    logp, old, a, mask, off = _random_batch(seed)
+    adv = np.broadcast_to(a[:, None], mask.shape)
+    want = official_rl_plus(old, logp, adv, mask, 0.2, 1.0, off, loss_remove_clip=remove_clip)
+    got, _ = op.rl_plus(logp, old, a, mask, off, on_policy_clip=not remove_clip)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_rl_plus_gradient_matches_hand_derived(seed):
+    """dL/dlogp = w_agg · (trace: −A·(1 − π)^½·w, w = π/(¾π_old + ¼); sampled: −A·ρ where the clip does not bind)."""
+    logp, old, a, mask, off = _random_batch(seed)
+    fn = lambda lp: op.rl_plus(lp, old, a, mask, off)  # noqa: E731
+    got = np.asarray(_grad(fn, jnp.asarray(logp)))
+    p, q, rho, adv = np.exp(logp), np.exp(old), np.exp(logp - old), a[:, None]
+    binds = ((adv > 0) & (rho > 1.2)) | ((adv < 0) & (rho < 0.8))
+    want = np.where(off > 0, -adv * np.sqrt(1 - p) * _mis(p, q), np.where(binds, 0.0, -adv * rho))
+    np.testing.assert_allclose(got, want * mask / mask.sum(), rtol=1e-4, atol=1e-7)
+
+
+def test_rl_plus_jit_equals_eager_and_exponent_must_be_non_negative():
+    logp, old, a, mask, off = (jnp.asarray(x) for x in _random_batch(7))
+    eager = off_policy.rl_plus(logp, old, a, mask, off)
+    jitted = op.rl_plus(logp, old, a, mask, off)
+    np.testing.assert_allclose(eager[0], jitted[0], rtol=1e-6)
+    for k in eager[1]:
+        np.testing.assert_allclose(eager[1][k], jitted[1][k], rtol=1e-6, err_msg=k)
+    with pytest.raises(ValueError, match="exploration_exponent=-1"):
+        off_policy.rl_plus(logp, old, a, mask, off, exploration_exponent=-1.0)
