@@ -88,3 +88,23 @@ def test_learner_batch_masks_the_trace_tokens():
     c.rl.loss, c.rl.off_policy_traces = "ppo_clip", 0
     batch = single_turn.learner_batch(config_lib.parse(c), data, rollout, np.zeros(2), np.zeros((2, 3)))
     assert batch.off_policy_mask is None
+
+
+def test_one_step_scores_the_reference_traces_with_the_task_reward(tmp_path):
+    """A real step (nano job, the arithmetic task's exact-answer reward): the traces are the reference solutions, so
+    every one is rewarded 1; the loss sees them (off_policy_frac = trace tokens / tokens > 0) and stays finite."""
+    import math
+
+    from rl4llm.train import job
+    from rl4llm.train import metrics as metrics_lib
+    from tests.test_train import tiny_config
+
+    config = tiny_config(loss="luffy", off_policy_traces=1, steps=1)
+    config.sft.steps = 2
+    config.eval.every = 1000
+    job.run(config, str(tmp_path))
+    (record,) = metrics_lib.read_metrics(str(tmp_path), "rl")
+    assert record["off_policy/trace_reward"] == 1.0
+    assert 0.0 < record["off_policy_frac"] < 1.0
+    assert 0.0 <= record["off_is_weight_min"] <= record["off_is_weight_mean"] <= record["off_is_weight_max"] <= 1.0
+    assert math.isfinite(record["loss/pg"]) and math.isfinite(record["grad_norm"])
