@@ -42,6 +42,8 @@ RECIPES = (
     "dynamic_sampling",
     "dots",
     "bots",
+    "luffy",
+    "rl_plus",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -66,6 +68,8 @@ MECHANISMS = {
     "dynamic_sampling": ("selection/dropped_groups", "clip_frac"),
     "dots": ("selection/replayed_groups", "tis/weight_mean"),
     "bots": ("selection/predicted_success", "clip_frac"),
+    "luffy": ("off_policy_frac", "off_is_weight_mean", "off_shaped_weight_mean"),
+    "rl_plus": ("off_policy_frac", "off_is_weight_mean", "off_exploration_weight_mean"),
 }
 
 

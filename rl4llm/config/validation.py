@@ -146,7 +146,7 @@ def _abstract_inputs(names) -> dict:
         "scores": (n,), "mask": (n, t), "lengths": (n,), "rewards": (n, t), "values": (n, t), "baseline_scores": (n,),
         "process_rewards": (n, t), "reward_components": (n, 2), "seq_metric": (n,),
         "logp": (n, t), "old_logp": (n, t), "advantages": (n,), "entropy": (n, t), "proxy_logp": (n, t),
-        "target_advantages": (n,),
+        "target_advantages": (n,), "off_policy_mask": (n, t),
     }
     inputs = {k: jax.ShapeDtypeStruct(shape, jnp.float32) for k, shape in arrays.items() if k in names}
     if "group_ids" in names:
@@ -370,6 +370,37 @@ def _replay_errors(config) -> list[str]:
     return errors
 
 
+# Selection methods whose groups are the G rows of one generation call (`prompt_selection.Selector._generate_groups`);
+# the others keep per-prompt statistics or replay rows, which would count the traces as the policy's own.
+_TRACE_SELECTION_METHODS = ("uniform", "dynamic_sampling", "accuracy_band")
+
+
+def _off_policy_errors(config) -> list[str]:
+    """`rl.off_policy_traces` (k reference-solution rows per group) against the group, the loss and the rollouts."""
+    rl, k = config.rl, config.rl.off_policy_traces
+    if not k:
+        return []
+    field = f"config.rl.off_policy_traces={k}"
+    errors = []
+    if k >= rl.num_generations:
+        errors.append(f"{field}: must be < config.rl.num_generations={rl.num_generations} (a group needs sampled rows)")
+    if rl.loss in registry.POLICY_LOSSES and "off_policy_mask" not in registry.policy_loss_inputs(rl.loss):
+        takers = sorted(n for n in registry.POLICY_LOSSES if "off_policy_mask" in registry.policy_loss_inputs(n))
+        errors.append(f"{field}: config.rl.loss={rl.loss!r} does not take off_policy_mask and would treat the traces "
+                      f"as sampled; use {' | '.join(takers)}")
+    if agent_config.is_agent_config(config):
+        errors.append(f"{field}: traces are mixed into single-turn groups only, not agent runs")
+    if config.selection.method not in _TRACE_SELECTION_METHODS or config.selection.hints:
+        errors.append(f"{field}: needs config.selection.method in {_TRACE_SELECTION_METHODS} and "
+                      "config.selection.hints=False (pool statistics, replay and hinted groups would count the traces "
+                      "as the policy's rollouts)")
+    if rl.tis_cap > 0:
+        errors.append(f"{field}: config.rl.tis_cap={rl.tis_cap} divides by sampler log-probs, which traces do not have")
+    if config.task.name == "local" and not config.task.local["solution_field"]:
+        errors.append(f"{field}: config.task.local.solution_field='' gives no reference solutions to mix in")
+    return errors
+
+
 def _critic_errors(config) -> list[str]:
     """PPO's value model (config.critic.*), trained when rl.advantage needs values (rl.advantage="gae"), and
     PRIME's implicit PRM (rl.advantage="prime")."""
@@ -451,6 +482,7 @@ CHECKS = (
     (_reward_component_errors, ()),
     (_reward_range_errors, ()),
     (_control_errors, ()),
+    (_off_policy_errors, ("rl",)),
     (_critic_errors, ()),
     (_selection_errors, ("rl", "selection")),
     (agent_config.agent_config_errors, ()),

@@ -33,7 +33,7 @@ Policy losses — the trainer calls::
 
     get_policy_loss(name)(logp, old_logp, advantages, mask,
                           agg_mode=agg_mode_for(name, config.rl.agg_mode), agg_weights=..., is_weights=...,
-                          [key=..., entropy=..., proxy_logp=..., target_advantages=...,]
+                          [key=..., entropy=..., proxy_logp=..., target_advantages=..., off_policy_mask=...,]
                           **config.rl.loss_kwargs)
 
     and gets `(loss, metrics)`. `agg_weights[N, T]` (optional) are `aggregation_weights(full_mask,
@@ -42,7 +42,8 @@ Policy losses — the trainer calls::
     sapo, geo_mean; and kimi); build the weights with `agg_mode_for(name, configured_mode)`.
     Extra inputs: key (PRNG key: clip_cov), entropy[N, T] (token entropy of the current policy:
     entropy-aware losses), proxy_logp[N, T] (Lp-Reg), target_advantages (gbpo: from
-    `advantages.gbpo_targets(scores, group_ids, num_groups=G)`). A loss that declares an extra input
+    `advantages.gbpo_targets(scores, group_ids, num_groups=G)`), off_policy_mask[N, T] (1 on the tokens of
+    off-policy traces mixed into the groups: `off_policy.luffy`; None = all on-policy). A loss that declares an extra input
     the trainer does not pass fails with a TypeError naming it.
 
 Whole-minibatch token statistics — losses in `TOKEN_STATISTICS` select or weight tokens by statistics of
@@ -62,7 +63,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl import advantages, entropy, losses, multi_turn
+from rl4llm.rl import advantages, entropy, losses, multi_turn, off_policy
 
 ADVANTAGES: dict[str, Callable[..., Any]] = {
     "grpo": advantages.grpo,
@@ -109,6 +110,9 @@ POLICY_LOSSES: dict[str, Callable[..., Any]] = {
     "lp_reg": losses.lp_reg,
     "hapo": losses.hapo,
     "steer": losses.steer,
+    # mixed on-/off-policy groups (rl.off_policy_traces): they need off_policy_mask to see the traces
+    "luffy": off_policy.luffy,
+    "rl_plus": off_policy.rl_plus,
 }
 
 # Per-token statistics of the whole minibatch that a loss's token selection / weighting depends on
@@ -143,7 +147,7 @@ ADVANTAGE_INPUTS = COMMON_ADVANTAGE_INPUTS + SINGLE_TURN_ADVANTAGE_INPUTS + MULT
 # The standard inputs of policy losses; the learner provides every one (`train.learner`).
 LOSS_INPUTS = (
     "logp", "old_logp", "advantages", "mask", "agg_mode", "agg_weights", "is_weights",
-    "key", "entropy", "proxy_logp", "target_advantages", "token_stats",
+    "key", "entropy", "proxy_logp", "target_advantages", "token_stats", "off_policy_mask",
 )
 
 

@@ -48,6 +48,7 @@ class StepData:
     attention_mask: jax.Array  # [N, P+T]
     group_ids: jax.Array  # [N]
     behaviour: Any  # the rollout policy's (logp, entropy[, proxy_logp]) [N, T] (`programs.behaviour_fn`), or None
+    off_policy: np.ndarray  # [N] bool: rows that are off-policy traces (config.rl.off_policy_traces), not sampled
 
 
 def _reward_components(d: StepData):

@@ -70,6 +70,7 @@ class LearnerBatch(flax.struct.PyTreeNode):
     proxy_logp: Any = None  # [N, T] float32 Lp-Reg proxy log-probs (losses that declare proxy_logp)
     target_advantages: Any = None  # [N] float32 GBPO targets (losses that declare target_advantages)
     turn_id: Any = None  # [N, T] int32 turn index of each completion token, -1 elsewhere (multi-turn batches: EPO)
+    off_policy_mask: Any = None  # [N, T] float32 1 on off-policy trace tokens (losses that declare off_policy_mask)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +95,7 @@ class LearnerConfig:
 
 
 # LearnerBatch fields forwarded to the policy loss when they are set.
-_OPTIONAL_LOSS_INPUTS = ("proxy_logp", "target_advantages")
+_OPTIONAL_LOSS_INPUTS = ("proxy_logp", "target_advantages", "off_policy_mask")
 
 
 def coefficients(cfg: LearnerConfig, state: TrainState) -> tuple:
@@ -224,7 +225,8 @@ def _microbatch_loss(
     sums.update({f"{k}_tokensum": v * tokens for k, v in loss_metrics.items() if metrics_lib.extremum(k) is None})
     extremes = {k: v for k, v in loss_metrics.items() if metrics_lib.extremum(k) is not None}
     sums["tokens"] = tokens
-    sums["logp_gap_sampler_learner"] = jnp.sum(jnp.abs(logp - mb.sampler_logp) * mask)
+    sampled = mask if mb.off_policy_mask is None else mask * (1.0 - mb.off_policy_mask)  # traces: no sampler logp
+    sums["logp_gap_sampler_learner"] = jnp.sum(jnp.abs(logp - mb.sampler_logp) * sampled)
     head_sums = None
     if head_loss is not None:
         head_value, head_sums = head_loss(head_params, hidden, head_mb)

@@ -39,8 +39,9 @@ _HINT_STREAM = 3000
 _CHOICE, _REPLAY, _THOMPSON, _LEVELS = 0, 1, 2, 3
 
 
-# generate(prompts [b], answers [b], counts [b], key, prefixes [b] of the scored text) -> (Rows [sum(counts)],
-# reward metrics); prompts of b are rolled out counts[b] times each, in order.
+# generate(prompts [b], answers [b], counts [b], key, prefixes [b] of the scored text[, traces [b]]) -> (Rows, reward
+# metrics); prompts of b are rolled out counts[b] times each, in order, each group followed by its off-policy traces
+# (texts; none when traces is None).
 GenerateFn = Callable[[list, list, np.ndarray, jax.Array, list], tuple[Rows, dict]]
 # encode(prompts [b]) -> left-padded prompt tokens [b, P] int32 and mask [b, P] bool (the trainer's encoding)
 EncodeFn = Callable[[list], tuple[np.ndarray, np.ndarray]]
@@ -68,6 +69,7 @@ class Selector:
         self.seed = config.seed
         self.num_prompts = config.rl.num_prompts
         self.num_generations = config.rl.num_generations
+        self.off_policy_traces = config.rl.off_policy_traces
         self.completion_len = config.sampling.max_new_tokens
         self.task = task
         self.data_offset = data_offset
@@ -127,10 +129,13 @@ class Selector:
         return self._finish(rows, metrics), state
 
     def _generate_groups(self, examples, key, generate: GenerateFn) -> tuple[Rows, dict]:
-        """G rollouts of each example (and their reward metrics), then hints for the all-fail groups when on."""
-        counts = np.full(len(examples), self.num_generations)
+        """G rollouts of each example (and their reward metrics), then hints for the all-fail groups when on. With
+        `rl.off_policy_traces` = k, G − k rollouts and k copies of the example's reference solution (LUFFY)."""
+        k = self.off_policy_traces
+        counts = np.full(len(examples), self.num_generations - k)
+        traces = [[e.solution] * k for e in examples] if k else None
         rows, metrics = generate([e.prompt for e in examples], [e.answer for e in examples], counts, key,
-                                 [""] * len(examples))
+                                 [""] * len(examples), traces)
         if self.sel.hints:
             rows, hint_metrics = self._hint(examples, rows, key, generate)
             metrics = {**metrics, **hint_metrics}
@@ -292,6 +297,7 @@ class Selector:
             components=np.full((n, num_components), np.nan, np.float32),
             hint_chars=np.repeat(chars, g).astype(np.int32),
             fresh=np.zeros(n, bool),
+            off_policy=np.zeros(n, bool),
         )
 
     def _collect_knapsack(self, state, step: int, key, generate: GenerateFn) -> tuple[Collected, object]:
@@ -325,12 +331,13 @@ class Selector:
         if group_ids is None:
             group_ids = np.repeat(np.arange(self.num_prompts), self.num_generations).astype(np.int32)
         _group_sizes_ok(np.bincount(group_ids), n)
-        fresh = rows.fresh
+        fresh = rows.fresh & ~rows.off_policy  # the policy's rollouts of this step
         fresh_ids = group_ids[fresh]
         correct = np.bincount(fresh_ids, weights=rows.main[fresh], minlength=self.num_prompts)
         size = np.bincount(fresh_ids, minlength=self.num_prompts)
         present = size > 0
-        generated = take(rows, np.flatnonzero(fresh)) if generated is None else generated  # not the replayed rows
+        generated = rows if generated is None else generated
+        generated = take(generated, np.flatnonzero(generated.fresh & ~generated.off_policy))  # sampled this step
         lengths = rows.completion_mask[fresh].sum(-1)
         metrics.update({
             "reward": float(rows.scores[fresh].mean()),
@@ -343,4 +350,6 @@ class Selector:
             "generated_tokens": float(generated.completion_mask.sum()),
             "selection/generated_rollouts": float(generated.scores.size),
         })
+        if rows.off_policy.any():  # LUFFY's traces: their reward (1 when the reference solutions are right)
+            metrics["off_policy/trace_reward"] = float(rows.scores[rows.off_policy].mean())
         return Collected(rows=rows, group_ids=group_ids, metrics=metrics)

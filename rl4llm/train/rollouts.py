@@ -32,23 +32,17 @@ def step_prompts(config, setup: Setup, step: int):
     return examples, prompt_tokens, prompt_mask
 
 
-def score(config, setup: Setup, rollout, answers, group_ids: np.ndarray, prefixes=None):
-    """Host rewards of a rollout (one device->host transfer; the batch scored in one pipeline call).
+def score(config, setup: Setup, completion_tokens, completion_mask, answers, group_ids: np.ndarray, prefixes=None):
+    """Host rewards of completions [N, T] (host arrays; the batch scored in one pipeline call).
     `prefixes` [N]: text scored before each completion (a hint the prompt already holds), or None.
 
-    Returns (rewards [N], main reward [N], reward components [N, K], completion mask [N, T], finished [N],
-    reward metrics).
+    Returns (rewards [N], main reward [N], reward components [N, K], reward metrics).
     """
-    completion_tokens, completion_mask, finished = jax.device_get(
-        (rollout.completion_tokens, rollout.completion_mask, rollout.finished)
-    )
     texts = batches.decode_completions(setup.tokenizer, completion_tokens, completion_mask)
     if prefixes is not None:
         texts = [prefix + text for prefix, text in zip(prefixes, texts)]
-    scores, main, components, metrics = setup.rewards.score(
-        texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens
-    )
-    return scores, main, components, completion_mask, finished, metrics
+    return setup.rewards.score(texts, answers, completion_mask.sum(-1), group_ids,
+                               max_length=config.sampling.max_new_tokens)
 
 
 def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.ndarray:
@@ -58,31 +52,53 @@ def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.n
     """
     examples, prompt_tokens, prompt_mask = step_prompts(config, setup, step)
     rollout = generate(setup, params, prompt_tokens, prompt_mask, key, setup.eval_spec.greedy)
-    scores = score(config, setup, rollout, [e.answer for e in examples], np.arange(len(examples)))[0]
+    tokens, mask = jax.device_get((rollout.completion_tokens, rollout.completion_mask))
+    scores = score(config, setup, tokens, mask, [e.answer for e in examples], np.arange(len(examples)))[0]
     return np.repeat(scores, config.rl.num_generations)
 
 
-def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes):
-    """`counts[i]` completions of each prompt `prompts[i]` (in order), scored against `answers[i]` with
-    `prefixes[i]` scored before each completion. -> (`prompt_selection.Rows` [sum(counts)], reward metrics).
-    With `config.sampling.shared_prefix_prefill` each prompt is prefilled once and its KV cache forked to its rows."""
+def with_traces(config, setup: Setup, completions: dict, counts: np.ndarray, traces) -> tuple[dict, np.ndarray]:
+    """Sampled `completions` (host arrays [sum(counts), ...] by Rows field) with each prompt's off-policy traces
+    after its counts[i] sampled rows, and the group sizes. A trace row is the trace text + eos, behaviour log-probs
+    0 (π_b := 1, LUFFY's convention: `rl.off_policy.luffy`), finished, `off_policy` True."""
+    flat = [t for group in traces for t in group]
+    tokens, mask = batches.encode_completions(setup.tokenizer, flat, config.sampling.max_new_tokens)
+    trace_rows = dict(completion_tokens=tokens, completion_mask=mask > 0, logprobs=np.zeros(tokens.shape, np.float32),
+                      finished=np.ones(len(flat), bool), off_policy=np.ones(len(flat), bool))
+    num_traces = np.array([len(group) for group in traces])
+    group = np.concatenate([np.repeat(np.arange(len(counts)), counts), np.repeat(np.arange(len(traces)), num_traces)])
+    order = np.argsort(group, kind="stable")  # each group: its sampled rows, then its traces
+    merged = {k: np.concatenate([v, trace_rows[k].astype(v.dtype)])[order] for k, v in completions.items()}
+    return merged, counts + num_traces
+
+
+def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes, traces=None):
+    """`counts[i]` completions of each prompt `prompts[i]` (in order), then its off-policy `traces[i]` (texts; None:
+    none, `with_traces`), all scored against `answers[i]` in one call with `prefixes[i]` scored before each
+    completion. -> (`prompt_selection.Rows` [sum(counts) + traces], reward metrics)."""
     counts = np.asarray(counts)
-    distinct_tokens, distinct_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
+    prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
     prompt_index = np.repeat(np.arange(len(prompts), dtype=np.int32), counts)
-    prompt_tokens, prompt_mask = distinct_tokens[prompt_index], distinct_mask[prompt_index]
-    if config.sampling.shared_prefix_prefill:
-        rollout = generate(setup, params, distinct_tokens, distinct_mask, key, setup.rollout_cfg, prompt_index)
+    if config.sampling.shared_prefix_prefill:  # each prompt prefilled once, its KV cache forked to its rows
+        rollout = generate(setup, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg, prompt_index)
     else:
-        rollout = generate(setup, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg)
-    scores, main, components, completion_mask, finished, reward_metrics = score(
-        config, setup, rollout, np.repeat(answers, counts).tolist(), prompt_index,
-        np.repeat(prefixes, counts).tolist() if any(prefixes) else None,
+        rollout = generate(setup, params, prompt_tokens[prompt_index], prompt_mask[prompt_index], key,
+                           setup.rollout_cfg)
+    fields = ("completion_tokens", "completion_mask", "logprobs", "finished")
+    completions = dict(zip(fields, jax.device_get(tuple(getattr(rollout, f) for f in fields))))
+    completions["off_policy"] = np.zeros(int(counts.sum()), bool)
+    sizes = counts
+    if traces is not None:
+        completions, sizes = with_traces(config, setup, completions, counts, traces)
+    group_ids = np.repeat(np.arange(len(prompts)), sizes)
+    scores, main, components, reward_metrics = score(
+        config, setup, completions["completion_tokens"], completions["completion_mask"],
+        np.repeat(answers, sizes).tolist(), group_ids, np.repeat(prefixes, sizes).tolist() if any(prefixes) else None,
     )
-    completion_tokens, logprobs = jax.device_get((rollout.completion_tokens, rollout.logprobs))
     rows = prompt_selection.Rows(
-        prompt_tokens=prompt_tokens, prompt_mask=prompt_mask, completion_tokens=completion_tokens,
-        completion_mask=completion_mask, logprobs=logprobs, finished=finished, scores=scores, main=main,
-        components=components, hint_chars=np.zeros(len(scores), np.int32), fresh=np.ones(len(scores), bool),
+        prompt_tokens=np.repeat(prompt_tokens, sizes, axis=0), prompt_mask=np.repeat(prompt_mask, sizes, axis=0),
+        scores=scores, main=main, components=components, hint_chars=np.zeros(len(scores), np.int32),
+        fresh=np.ones(len(scores), bool), **completions,
     )
     return rows, reward_metrics
 
@@ -91,7 +107,8 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
     """The step's rollouts under `config.selection` (`prompt_selection.Selector.collect`: uniform prompts with G
     completions each by default), scored on the host.
 
-    Returns (rollout, scores [N], reward components [N, K], group ids [N], host metrics, new selection state).
+    Returns (rollout, scores [N], reward components [N, K], group ids [N], off-policy rows [N] bool, host metrics,
+    new selection state).
     """
     generate = functools.partial(generate_rows, config, setup, params)
     collected, selection_state = setup.selector.collect(selection_state, step, key, generate)
@@ -106,4 +123,5 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
         finished=jnp.asarray(rows.finished),
         num_decode_steps=jnp.asarray(config.sampling.max_new_tokens - 1, jnp.int32),  # an upper bound
     )
-    return rollout, rows.scores, rows.components, collected.group_ids, collected.metrics, selection_state
+    return (rollout, rows.scores, rows.components, collected.group_ids, rows.off_policy, collected.metrics,
+            selection_state)

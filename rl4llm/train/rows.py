@@ -24,6 +24,7 @@ class Rows:
     components: np.ndarray  # [n, K] float32
     hint_chars: np.ndarray  # [n] int32 reference-solution characters in the prompt
     fresh: np.ndarray  # [n] bool: generated this step (False: replayed)
+    off_policy: np.ndarray  # [n] bool: an off-policy trace (the task's reference solution, rl.off_policy_traces)
 
 
 def take(rows: Rows, idx: np.ndarray) -> Rows:

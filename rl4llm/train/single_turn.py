@@ -53,7 +53,8 @@ def evaluate(config, setup: Setup, params, key) -> dict:
 
 def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advantages):
     """The step's LearnerBatch [N, ...]: PPO's old log-probs (the behaviour pass with several updates per step, else
-    the sampler's), the forking-token mask (80/20), Lp-Reg's proxy log-probs and GBPO's targets when configured."""
+    the sampler's), the forking-token mask (80/20), Lp-Reg's proxy log-probs, GBPO's targets and the off-policy
+    traces' token mask (losses taking off_policy_mask) when configured."""
     rl = config.rl
     behaviour, loss_inputs = data.behaviour, registry.policy_loss_inputs(rl.loss)
     return learner_lib.LearnerBatch(
@@ -74,6 +75,9 @@ def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advant
             if "target_advantages" in loss_inputs
             else None
         ),
+        off_policy_mask=(
+            data.mask * jnp.asarray(data.off_policy, jnp.float32)[:, None] if "off_policy_mask" in loss_inputs else None
+        ),
     )
 
 
@@ -87,7 +91,7 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
     rl = config.rl
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
-    rollout, scores, components, group_ids, host_metrics, selection = rollouts.rollout_and_score(
+    rollout, scores, components, group_ids, off_policy, host_metrics, selection = rollouts.rollout_and_score(
         config, setup, state.params, step, step_key, selection
     )
     mask = rollout.completion_mask.astype(jnp.float32)
@@ -95,7 +99,7 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
         rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens, rollout.completion_mask
     )
     data = inputs_lib.StepData(config, setup, programs, state, step, step_key, scores, components, mask, tokens,
-                               attention_mask, jnp.asarray(group_ids), behaviour=None)
+                               attention_mask, jnp.asarray(group_ids), behaviour=None, off_policy=off_policy)
     active = inputs_lib.providers(config)
     products, metrics = inputs_lib.provide(active, data, host=True)
     t_gen = time.time() - t0

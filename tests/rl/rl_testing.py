@@ -50,14 +50,16 @@ def distinct_names(table: dict) -> list:
 
 def random_loss_batch(seed: int, n: int = 6, t: int = 5):
     """(logp, old_logp, advantages [N], mask, extras) of a random batch; extras holds every extra standard
-    loss input (key, entropy, proxy_logp, target_advantages). Every row has at least one valid token."""
+    loss input (key, entropy, proxy_logp, target_advantages, off_policy_mask: the last row and one token of the
+    first are off-policy). Every row has at least one valid token."""
     k = jax.random.split(jax.random.PRNGKey(seed), 5)
     old = -jax.random.uniform(k[0], (n, t), minval=0.1, maxval=3.0)
     logp = old + 0.3 * jax.random.normal(k[1], (n, t))
     a = jax.random.normal(k[2], (n,))
     mask = (jax.random.uniform(k[3], (n, t)) < 0.7).astype(jnp.float32).at[:, 0].set(1.0)
     extras = dict(target_advantages=jax.random.normal(k[4], (n,)), key=jax.random.PRNGKey(0),
-                  entropy=jax.random.uniform(k[4], (n, t)), proxy_logp=old + 0.5)
+                  entropy=jax.random.uniform(k[4], (n, t)), proxy_logp=old + 0.5,
+                  off_policy_mask=jnp.zeros((n, t)).at[-1].set(1.0).at[0, 0].set(1.0))
     return logp, old, a, mask, extras
 
 

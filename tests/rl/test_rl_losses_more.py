@@ -303,6 +303,10 @@ MECHANISM_METRICS = {
     "hapo": ("neutral_frac", "clip_frac", "clip_frac_high", "clip_frac_low", "dual_clip_frac"),
     "steer": ("token_weight_mean", "token_weight_min", "clip_frac", "clip_frac_high", "clip_frac_low",
               "dual_clip_frac"),
+    "luffy": ("off_policy_frac", "off_is_weight_mean", "off_is_weight_max", "off_is_weight_min",
+              "off_shaped_weight_mean", "clip_frac"),
+    "rl_plus": ("off_policy_frac", "off_is_weight_mean", "off_is_weight_max", "off_is_weight_min",
+                "off_exploration_weight_mean", "clip_frac"),
 }
 
 

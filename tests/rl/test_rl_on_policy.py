@@ -40,6 +40,8 @@ PROXY = LOGP + np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.4, 0.0, 0.0], [0.7, 0.0, 
 H_SCORE = np.array([[-0.5, 0.3, 0.0, 1.0], [-1.0, 0.6, 0.0, 0.0], [0.2, -0.25, 1.0, 0.0]], np.float32)  # HAPO ĥ
 STEER_W = np.array([[1.0, 0.8, 0.9, 1.0], [0.85, 1.0, 0.0, 0.0], [0.95, 1.0, 0.8, 0.0]], np.float32)
 Z_TARGET = np.array([0.0, 2.0, -3.0], np.float32)  # GBPO z̃
+TRACE = np.zeros_like(M)
+TRACE[1] = 1.0  # LUFFY: row 1 is an off-policy trace
 
 EXTRAS = {
     "clip_cov": dict(key=jax.random.PRNGKey(0), token_stats=PICK),
@@ -48,6 +50,8 @@ EXTRAS = {
     "hapo": dict(entropy=np.ones_like(M), token_stats=H_SCORE),
     "steer": dict(entropy=np.ones_like(M), token_stats=STEER_W),
     "gbpo": dict(target_advantages=Z_TARGET),
+    "luffy": dict(off_policy_mask=TRACE),
+    "rl_plus": dict(off_policy_mask=TRACE),
 }
 
 
@@ -69,6 +73,18 @@ def _hapo_expected():
     return -A_TOK * scale * W["token-mean"]
 
 
+def _luffy_expected():
+    # trace tokens: d(−A·π/(π + γ))/dlogp = −A·γπ/(π + γ)² (γ = 0.1); the others −A as ppo_clip
+    p = np.exp(LOGP)
+    return -A_TOK * np.where(TRACE > 0, 0.1 * p / (p + 0.1) ** 2, 1.0) * W["token-mean"]
+
+
+def _rl_plus_expected():
+    # trace tokens at π_old = π: −A·(1 − π)^½·w, w = π/(¾π + ¼) (MIS with π_ω = (π + 1)/2); the others −A
+    p = np.exp(LOGP)
+    return -A_TOK * np.where(TRACE > 0, np.sqrt(1.0 - p) * p / (0.75 * p + 0.25), 1.0) * W["token-mean"]
+
+
 EXPECTED = {  # on-policy dL/dlogp for each loss at its default aggregation
     "ppo_clip": lambda: -A_TOK * W["token-mean"],
     "cispo": lambda: -A_TOK * W["token-mean"],  # IS weight clip(1) = 1
@@ -83,6 +99,8 @@ EXPECTED = {  # on-policy dL/dlogp for each loss at its default aggregation
     "lp_reg": _lp_reg_expected,
     "hapo": _hapo_expected,
     "steer": lambda: -A_TOK * STEER_W * W["token-mean"],
+    "luffy": _luffy_expected,
+    "rl_plus": _rl_plus_expected,
 }
 
 
@@ -132,7 +150,8 @@ def test_lp_reg_penalty_moves_the_policy_with_zero_advantages():
 # ------------------------------------------------------------------------------------------ tie cases
 
 
-@pytest.mark.parametrize("name", ["ppo_clip", "clip_cov", "steer", "lp_reg", "gspo", "geo_mean", "cispo"])
+@pytest.mark.parametrize("name", ["ppo_clip", "clip_cov", "steer", "lp_reg", "gspo", "geo_mean", "cispo", "luffy",
+                                  "rl_plus"])
 @pytest.mark.parametrize("low, high", [(0.0, 0.2), (0.2, 0.0), (0.0, 0.0)])
 def test_zero_clip_side_keeps_the_on_policy_gradient(name, low, high):
     """ρ = 1 sits ON a bound when a clip range is 0: torch.clamp passes the whole gradient there (jnp.clip
