@@ -20,6 +20,7 @@ from rl4llm.train import job
 from rl4llm.train import metrics as metrics_lib
 from tests.test_train import tiny_config
 
+RAISED, ACCURACY = "selection/difficulty_raised", "selection/frontier_accuracy"
 RLVE = dict(min_samples=8 * 16, threshold=0.9, max_level=100)  # RLVE's defaults: 8 prompts x 16 samples, 0.9
 
 
@@ -39,12 +40,12 @@ def test_eight_correct_groups_at_the_frontier_raise_it_by_one():
     """The digest's test: 8 x 16 correct samples at d = h -> h + 1, counters reset."""
     state, metrics = difficulty.update(_state(3), np.full(128, 3), np.ones(128), **RLVE)
     assert _as_tuple(state) == (4, 0.0, 0)
-    assert metrics == {"raised": 1.0, "frontier_accuracy": 1.0}
+    assert metrics == {RAISED: 1.0, ACCURACY: 1.0}
 
 
 def test_samples_below_the_frontier_never_count():
     state, metrics = difficulty.update(_state(3), np.full(1000, 2), np.ones(1000), **RLVE)
-    assert _as_tuple(state) == (3, 0.0, 0) and metrics == {"raised": 0.0}
+    assert _as_tuple(state) == (3, 0.0, 0) and metrics == {RAISED: 0.0}
     levels = np.array([0, 1, 2, 3, 3, 2])
     state, _ = difficulty.update(_state(3), levels, np.array([1, 1, 1, 1, 0, 1]), **RLVE)
     assert _as_tuple(state) == (3, 1.0, 2)  # only the two samples at level 3: one right
@@ -54,10 +55,10 @@ def test_counts_accumulate_across_batches_until_the_check():
     state = _state(0)
     for _ in range(7):  # 7 groups of 16 at the frontier, all correct: no check yet
         state, metrics = difficulty.update(state, np.zeros(16), np.ones(16), **RLVE)
-        assert metrics == {"raised": 0.0}
+        assert metrics == {RAISED: 0.0}
     assert _as_tuple(state) == (0, 112.0, 112)
     state, metrics = difficulty.update(state, np.zeros(16), np.ones(16), **RLVE)
-    assert _as_tuple(state) == (1, 0.0, 0) and metrics["raised"] == 1.0
+    assert _as_tuple(state) == (1, 0.0, 0) and metrics[RAISED] == 1.0
 
 
 def test_a_failed_check_resets_the_counters_and_keeps_the_level():
@@ -65,7 +66,7 @@ def test_a_failed_check_resets_the_counters_and_keeps_the_level():
     correct = np.r_[np.ones(115), np.zeros(13)]
     state, metrics = difficulty.update(_state(2), np.full(128, 2), correct, **RLVE)
     assert _as_tuple(state) == (2, 0.0, 0)
-    assert metrics["raised"] == 0.0 and metrics["frontier_accuracy"] == pytest.approx(115 / 128)
+    assert metrics[RAISED] == 0.0 and metrics[ACCURACY] == pytest.approx(115 / 128)
     state, metrics = difficulty.update(_state(2), np.full(128, 2), np.r_[np.ones(116), np.zeros(12)], **RLVE)
     assert int(state.upper) == 3  # 116/128 = 0.906 >= 0.9
 
@@ -76,7 +77,7 @@ def test_the_threshold_is_inclusive_and_the_level_stops_at_max():
     assert int(state.upper) == 2
     state, metrics = difficulty.update(_state(5), np.full(10, 5), np.ones(10), min_samples=10, threshold=0.9,
                                        max_level=5)
-    assert _as_tuple(state) == (5, 0.0, 0) and metrics == {"raised": 0.0, "frontier_accuracy": 1.0}
+    assert _as_tuple(state) == (5, 0.0, 0) and metrics == {RAISED: 0.0, ACCURACY: 1.0}
 
 
 def test_a_sample_above_the_frontier_is_an_error():
@@ -111,7 +112,7 @@ def test_matches_the_official_update_loop_on_random_batches():
         correct = (rng.random(levels.size) < 0.85 + 0.1 * (levels < int(state.upper))).astype(np.float64)
         state, metrics = difficulty.update(state, levels, correct, min_samples=32, threshold=0.85, max_level=10**6)
         h, acc, n = _official_update(h, acc, (n, zip(levels.tolist(), correct.tolist())), 32, 0.85)
-        raised += metrics["raised"]
+        raised += metrics[RAISED]
         assert _as_tuple(state) == (h, pytest.approx(acc), n)
     assert raised >= 3 and h == raised  # the controller moved, and only by +1 steps
 

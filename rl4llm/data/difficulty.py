@@ -60,7 +60,8 @@ def update(
     max_level: int,
 ) -> tuple[DifficultyState, dict]:
     """Counts the samples (levels [N], correctness [N] in [0, 1]) at level h, then checks (module docstring).
-    -> (state, metrics: ``frontier_accuracy`` when a check ran, ``raised`` 1.0 when h rose)."""
+    -> (state, metrics: ``selection/frontier_accuracy`` when a check ran, ``selection/difficulty_raised`` 1.0 when h
+    rose, else 0.0)."""
     levels, correct = np.asarray(levels), np.asarray(correct, np.float64)
     upper = int(state.upper)
     if np.any(levels > upper):
@@ -68,12 +69,12 @@ def update(
     at_frontier = levels == upper
     total = float(state.frontier_correct) + float(correct[at_frontier].sum())
     samples = int(state.frontier_samples) + int(at_frontier.sum())
-    metrics = {"raised": 0.0}
+    metrics = {"selection/difficulty_raised": 0.0}
     if samples >= min_samples:
         accuracy = total / samples
-        metrics["frontier_accuracy"] = accuracy
+        metrics["selection/frontier_accuracy"] = accuracy
         if accuracy >= threshold and upper < max_level:
-            upper, metrics["raised"] = upper + 1, 1.0
+            upper, metrics["selection/difficulty_raised"] = upper + 1, 1.0
         total, samples = 0.0, 0
     return DifficultyState(np.asarray(upper, np.int32), np.asarray(total, np.float32),
                            np.asarray(samples, np.int32)), metrics

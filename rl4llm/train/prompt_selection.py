@@ -56,11 +56,6 @@ class Collected:
     metrics: dict
 
 
-def _group_sizes_ok(counts: np.ndarray, n: int) -> None:
-    if int(counts.sum()) != n:
-        raise AssertionError(f"selection produced {int(counts.sum())} rows, expected {n}")
-
-
 class Selector:
     """The run's prompt selection (built once per run from the config and the task)."""
 
@@ -266,13 +261,8 @@ class Selector:
         state, check = difficulty.update(state, np.repeat(levels, g), correct,
                                          min_samples=sel.difficulty_min_prompts * g,
                                          threshold=sel.difficulty_threshold, max_level=sel.difficulty_max)
-        metrics.update({
-            "selection/difficulty_upper": float(state.upper),
-            "selection/difficulty_mean": float(levels.mean()),
-            "selection/difficulty_raised": check["raised"],
-        })
-        if "frontier_accuracy" in check:
-            metrics["selection/frontier_accuracy"] = check["frontier_accuracy"]
+        metrics.update({"selection/difficulty_upper": float(state.upper),
+                        "selection/difficulty_mean": float(levels.mean()), **check})
         return self._finish(rows, metrics), state
 
     def _replayed_rows(self, buf, slots: np.ndarray, num_components: int) -> Rows:
@@ -330,7 +320,8 @@ class Selector:
         n = self.num_prompts * self.num_generations
         if group_ids is None:
             group_ids = np.repeat(np.arange(self.num_prompts), self.num_generations).astype(np.int32)
-        _group_sizes_ok(np.bincount(group_ids), n)
+        if group_ids.size != n:
+            raise AssertionError(f"selection produced {group_ids.size} rows, expected {n}")
         fresh = rows.fresh & ~rows.off_policy  # the policy's rollouts of this step
         fresh_ids = group_ids[fresh]
         correct = np.bincount(fresh_ids, weights=rows.main[fresh], minlength=self.num_prompts)
