@@ -20,8 +20,8 @@ Conventions (TRL's `RewardTrainer` / OpenRLHF's `RewardModelTrainer`, followed w
   keeps its first `completion_len` tokens (OpenRLHF's `truncation=True` keeps the head of the text; it also
   overwrites the last kept token with eos, we do not: the score is read at the last kept token). Both get a finite
   score, never an error.
-- the head starts at zero (`value_head.init_head`): every score is 0 before the first update, so the first BT loss is
-  log 2 whatever the trunk.
+- the head is the critic's (`value_head`: `h·w + b` in float32), its kernel drawn N(0, 1/(E+1)²) as OpenRLHF's, the
+  bias 0 (`init_params`).
 
 Params: `{"trunk": decoder params, "head": {"kernel" [E], "bias" []}}` (the separate critic's tree).
 """
@@ -42,6 +42,7 @@ import optax
 import orbax.checkpoint as ocp
 
 from rl4llm import models
+from rl4llm.config.sections import REWARD_MODEL_OBJECTIVES as OBJECTIVES
 from rl4llm.models import value_head
 from rl4llm.models.config import Llama3RopeScaling, ModelConfig
 from rl4llm.rl import preference
@@ -49,15 +50,21 @@ from rl4llm.train import batches
 from rl4llm.train import optim
 
 Params = Any
-OBJECTIVES = ("bradley_terry", "bce")
 META_FILE = "reward_model.json"  # beside the Orbax params: the decoder's config and how the RM was trained
 
 
 def init_params(cfg: ModelConfig, key: jax.Array, trunk: Params | None = None) -> Params:
     """RM params: a copy of `trunk` (a warm start: an SFT policy, an imported HF checkpoint) or a random decoder,
-    and a zero scalar head."""
+    and the critic's scalar head (`value_head.init_head`) with its kernel drawn N(0, 1/(E+1)²) as OpenRLHF's
+    `value_head` (`normal_(std=1 / (hidden_size + 1))`), bias 0. With a zero kernel the trunk gets no gradient until
+    w moves (BT's gradient reaches it through w); measured (nano, 3-operand final-answer pairs, 300 BT updates, one
+    seed): held-out pairwise accuracy 0.63 from a zero kernel, 0.77 from this one."""
     trunk = models.init_params(cfg, key) if trunk is None else jax.tree.map(jnp.copy, trunk)
-    return {"trunk": trunk, "head": value_head.init_head(cfg)}
+    head = value_head.init_head(cfg)
+    std = 1.0 / (cfg.hidden_size + 1)
+    head["kernel"] = (std * jax.random.normal(jax.random.fold_in(key, 1), head["kernel"].shape)).astype(
+        head["kernel"].dtype)
+    return {"trunk": trunk, "head": head}
 
 
 def last_token_index(attention_mask: jax.Array) -> tuple[jax.Array, jax.Array]:  # [N, L] -> [N] int32, [N] bool
@@ -252,7 +259,10 @@ class Scorer:
     @classmethod
     def from_checkpoint(cls, directory: str, tokenizer, alphabet: str) -> "Scorer":
         """The RM at `directory`; ValueError if it was trained with another tokenizer than `tokenizer`."""
-        cfg, params, meta = load(directory)
+        try:
+            cfg, params, meta = load(directory)
+        except ValueError as e:
+            raise ValueError(f"config.reward_model.checkpoint: {e}") from e
         if cfg.vocab_size < tokenizer.vocab_size:
             raise ValueError(f"config.reward_model.checkpoint={directory!r}: the reward model's vocabulary "
                              f"({cfg.vocab_size}) is smaller than this run's tokenizer's ({tokenizer.vocab_size})")

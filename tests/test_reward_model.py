@@ -18,8 +18,18 @@ from rl4llm.train import optim
 CFG = models.get_config("nano", vocab_size=24)
 
 
+def test_init_head_is_openrlhf_normal():
+    params = rm.init_params(CFG, jax.random.key(3))
+    kernel = np.asarray(params["head"]["kernel"])
+    assert float(params["head"]["bias"]) == 0.0 and kernel.shape == (CFG.hidden_size,)
+    assert 0.3 / (CFG.hidden_size + 1) < kernel.std() < 3.0 / (CFG.hidden_size + 1)
+    trunk = models.init_params(CFG, jax.random.key(9))
+    copied = rm.init_params(CFG, jax.random.key(3), trunk)["trunk"]
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(copied), jax.tree.leaves(trunk)))
+
+
 def _params(seed=0):
-    """Random trunk and a random (non-zero) head, so scores differ across inputs."""
+    """Random trunk and a larger random head, so scores differ clearly across inputs."""
     params = rm.init_params(CFG, jax.random.key(seed))
     kernel = 0.5 * jax.random.normal(jax.random.key(seed + 100), (CFG.hidden_size,))
     return {"trunk": params["trunk"], "head": {"kernel": kernel, "bias": jnp.asarray(0.25)}}
@@ -127,7 +137,7 @@ def test_bradley_terry_objective_matches_numpy(params):
         assert float(loss) == pytest.approx(expected, rel=1e-5)
         assert float(metrics["accuracy"]) == pytest.approx(np.mean(rc > rr))
     # a zero head scores every sequence 0: the loss is log 2 and no pair is ranked right (a tie is wrong)
-    zero = rm.init_params(CFG, jax.random.key(0))
+    zero = {"trunk": params["trunk"], "head": rm.value_head.init_head(CFG)}
     loss, metrics = rm.bradley_terry_objective(CFG, zero, batch)
     assert float(loss) == pytest.approx(np.log(2.0), rel=1e-6) and float(metrics["accuracy"]) == 0.0
 
