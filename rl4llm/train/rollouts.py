@@ -1,5 +1,6 @@
 """Single-turn rollouts: the RL step's prompts (`config.selection`), G sampled completions each, scored on the host by
-the reward pipeline in one call (`rollout_and_score`); ReMax's greedy baseline rollout (`greedy_baseline_scores`)."""
+the reward pipeline in one call and, with `config.reward_model.checkpoint`, by the outcome reward model in one jitted
+call on the device (`rollout_and_score`); ReMax's greedy baseline rollout (`greedy_baseline_scores`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl4llm import sampling
+from rl4llm.rewards import combine as combine_lib
 from rl4llm.train import batches
 from rl4llm.train import prompt_selection
 from rl4llm.train.setup import Setup
@@ -47,7 +49,24 @@ def score(config, setup: Setup, rollout, answers, group_ids: np.ndarray, prefixe
     scores, main, components, metrics = setup.rewards.score(
         texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens
     )
+    if setup.reward_model is not None:
+        scores = with_reward_model(config, setup, rollout, scores, main, metrics)
     return scores, main, components, completion_mask, finished, metrics
+
+
+def with_reward_model(config, setup: Setup, rollout, rewards, main, metrics: dict) -> np.ndarray:
+    """The pipeline's `rewards` [N] with the outcome RM's scores of the rollout's `[prompt | completion]` sequences
+    (`reward_model.Scorer`: one jitted call for the batch, one transfer of [N] scores), combined by
+    `config.reward_model.mode` / `weight` (`rewards.combine.with_model_score`). `main` (correctness) is left as it
+    is. Adds `reward_model/score_mean`, `reward_model/score_std` and the rule reward's mean to `metrics`."""
+    tokens, mask = batches.join_sequences(rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens,
+                                          rollout.completion_mask)
+    model_scores = setup.reward_model(tokens, mask)
+    metrics["reward_model/score_mean"] = float(model_scores.mean())
+    metrics["reward_model/score_std"] = float(model_scores.std())
+    metrics[f"reward/{config.task.reward}"] = float(np.mean(main))
+    r = config.reward_model
+    return combine_lib.with_model_score(rewards, model_scores, weight=r.weight, mode=r.mode)
 
 
 def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.ndarray:
