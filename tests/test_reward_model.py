@@ -1,8 +1,13 @@
-"""The outcome reward model (`rl4llm.reward_model`): last-non-pad-token scores invariant to batch composition and to
-padding, defined scores for bad input, the Bradley–Terry / BCE objectives against a numpy transcription, training
+"""The outcome reward model (`rl4llm.reward_model`): last-non-pad-token scores invariant to batch composition, to
+padding and to sharding, defined scores for bad input, the Bradley–Terry / BCE objectives against a numpy transcription, training
 steps that learn, and a bit-exact checkpoint round trip."""
 
 from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -104,6 +109,16 @@ def test_scores_are_invariant_to_padding_layout_and_length(params):
     rollout_layout = np.asarray(fn(params, np.concatenate([pt, ct], 1), np.concatenate([pm, cm], 1)))
     for other in (right_long, left, rollout_layout):
         np.testing.assert_allclose(other, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_scores_are_invariant_to_sharding():
+    """tests/reward_model_sharded_check.py on 4 simulated devices: data, fsdp, tensor and mixed meshes."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(root))
+    result = subprocess.run([sys.executable, str(root / "tests" / "reward_model_sharded_check.py")], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stdout + result.stderr
 
 
 def test_bad_input_gets_a_defined_finite_score(tokenizer):
