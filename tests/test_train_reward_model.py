@@ -29,7 +29,7 @@ def rm_config(**fields):
     c.task.test_fraction = 0.3
     c.sampling.max_new_tokens = 12
     c.sampling.prompt_bucket = 8
-    c.reward_model.update(dict(steps=150, batch_size=32, learning_rate=3e-3, eval_pairs=60, eval_every=150,
+    c.reward_model.update(dict(steps=200, batch_size=32, learning_rate=3e-3, eval_pairs=60, eval_every=200,
                                corruption="final_answer"))
     c.reward_model.update(fields)
     c.log_every = 50
@@ -55,8 +55,8 @@ def test_bradley_terry_training_beats_chance_on_held_out_pairs(tmp_path):
     summary = reward_model_job.run(rm_config(), str(tmp_path))
     records = metrics_lib.read_metrics(str(tmp_path), "rm")
     evals = [r for r in records if "eval/pairwise_accuracy" in r]
-    assert [r["step"] for r in evals] == [0, 150]
-    assert [r["step"] for r in records if "loss" in r] == [50, 100, 150]
+    assert [r["step"] for r in evals] == [0, 200]
+    assert [r["step"] for r in records if "loss" in r] == [50, 100, 150, 200]
     assert summary["rm_eval_pairwise_accuracy"] == evals[-1]["eval/pairwise_accuracy"] > 0.6
     assert evals[-1]["eval/loss"] < evals[0]["eval/loss"]
     # the checkpoint reproduces the logged held-out accuracy
