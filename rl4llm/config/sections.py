@@ -222,7 +222,7 @@ class RewardModel:
     warmup_steps: int = param(10, "training: linear warm-up steps", AtLeast(0))
     weight_decay: float = param(0.0, "training: AdamW weight decay", Between(0.0, 1.0))
     grad_clip: float = param(1.0, "training: global gradient-norm clip", Between(0.0, 1e9))
-    corruption: str = param("step_or_final", "training: the rejected solution's error (data.arithmetic.wrong_solution)",
+    corruption: str = param("final_answer", "training: the rejected solution's error (data.arithmetic.wrong_solution)",
                             OneOf(arithmetic_lib.CORRUPTIONS))
     margin: float = param(0.0, "training: Bradley-Terry margin m in -log sigmoid(r_c - r_r - m) (Llama 2)",
                           Between(0.0, 1e3))
