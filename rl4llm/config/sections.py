@@ -15,6 +15,7 @@ from rl4llm import envs as envs_lib
 from rl4llm import models
 from rl4llm import rewards
 from rl4llm.config.fields import AtLeast, Between, Boolean, OneOf, Satisfies, param
+from rl4llm.data import arithmetic as arithmetic_lib
 from rl4llm.data import selection as selection_lib
 from rl4llm.data import tasks
 from rl4llm.rewards import combine as combine_lib
@@ -199,6 +200,42 @@ class Critic:
     warmup_steps: int = param(0, "the first RL steps update only the critic", AtLeast(0))
 
 
+REWARD_MODEL_OBJECTIVES = ("bradley_terry", "bce")  # rl4llm.reward_model.OBJECTIVES
+
+
+@_section
+class RewardModel:
+    """An outcome reward model (rl4llm.reward_model: a decoder of config.model + a scalar head): trained by
+    experiments/train_reward_model.py (the training fields), and, when `checkpoint` is set, scoring the RL
+    rollouts in one batched jitted call (rl4llm.train.rollouts)."""
+
+    checkpoint: str = param("", "RL: the RM directory (reward_model.save) scoring rollouts; '' = no RM",
+                            Satisfies(lambda v: not v or os.path.isdir(v),
+                                      "not a directory (experiments/train_reward_model.py writes one)"))
+    mode: str = param("replace", "RL: the reward is weight*score ('replace') or rule reward + weight*score ('add')",
+                      OneOf(combine_lib.REWARD_MODEL_MODES))
+    weight: float = param(1.0, "RL: the RM score's weight in the reward", Between(-1e6, 1e6))
+    init_from: str = param("", "training: an experiments.train workdir whose SFT policy (and tokenizer) the trunk "
+                           "starts from (InstructGPT); '' = config.model's init",
+                           Satisfies(lambda v: not v or os.path.isdir(os.path.join(v, "checkpoints", "sft")),
+                                     "has no checkpoints/sft (run experiments.train there first)"))
+    objective: str = param("bradley_terry", "training: preference pairs (Bradley-Terry) or verifier labels (bce)",
+                           OneOf(REWARD_MODEL_OBJECTIVES))
+    steps: int = param(200, "training: optimizer updates", AtLeast(1))
+    batch_size: int = param(32, "training: preference pairs per update (bce: 2x as many labelled sequences)",
+                            AtLeast(1))
+    learning_rate: float = param(1e-3, "training: AdamW peak learning rate", Between(0.0, 1.0, low_open=True))
+    warmup_steps: int = param(10, "training: linear warm-up steps", AtLeast(0))
+    weight_decay: float = param(0.0, "training: AdamW weight decay", Between(0.0, 1.0))
+    grad_clip: float = param(1.0, "training: global gradient-norm clip", Between(0.0, 1e9))
+    corruption: str = param("final_answer", "training: the rejected solution's error (data.arithmetic.wrong_solution)",
+                            OneOf(arithmetic_lib.CORRUPTIONS))
+    margin: float = param(0.0, "training: Bradley-Terry margin m in -log sigmoid(r_c - r_r - m) (Llama 2)",
+                          Between(0.0, 1e3))
+    eval_pairs: int = param(256, "training: held-out preference pairs of the pairwise accuracy", AtLeast(1))
+    eval_every: int = param(50, "training: updates between held-out evaluations (and at the end)", AtLeast(1))
+
+
 @_section
 class Prime:
     """PRIME's implicit PRM (rl4llm.rl.prime, train.companions.prime), trained when rl.advantage="prime"."""
@@ -373,6 +410,7 @@ class RunConfig:
     rl: RL = param(RL, "the RL stage")
     critic: Critic = param(Critic, "PPO's value model")
     prime: Prime = param(Prime, "PRIME's implicit PRM")
+    reward_model: RewardModel = param(RewardModel, "an outcome reward model: its training and its use in RL")
     selection: Selection = param(Selection, "prompt selection")
     agent: Agent = param(Agent, "multi-turn agents")
     eval: Eval = param(Eval, "held-out evaluation")

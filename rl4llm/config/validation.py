@@ -415,6 +415,26 @@ def _critic_errors(config) -> list[str]:
     return errors
 
 
+def _reward_model_errors(config) -> list[str]:
+    """An RM scoring rollouts (config.reward_model.checkpoint) enters the combined reward of a single-turn run."""
+    rl, checkpoint = config.rl, config.reward_model.checkpoint
+    if not checkpoint:
+        return []
+    errors = []
+    if agent_config.is_agent_config(config):
+        errors.append(f"config.reward_model.checkpoint={checkpoint!r}: scores single-turn rollouts only; agent runs "
+                      f"(config.agent.env={config.agent.env!r}) are scored by their env")
+    if rl.advantage in registry.ADVANTAGES and "reward_components" in registry.advantage_inputs(rl.advantage):
+        errors.append(f"config.reward_model.checkpoint={checkpoint!r}: the RM's score enters the combined reward "
+                      f"only, which rl.advantage={rl.advantage!r} does not use (it normalises the components)")
+    task = config.task
+    if config.reward_model.mode == "replace" and (task.extra_rewards or task.length_shaping != "none"):
+        errors.append("config.reward_model.mode='replace': the reward is the RM's score alone, so "
+                      f"config.task.extra_rewards={task.extra_rewards!r} / length_shaping={task.length_shaping!r} "
+                      "would be dropped; use mode='add' or unset them")
+    return errors
+
+
 def _model_errors(config) -> list[str]:
     """LoRA against the reference reset; the HF checkpoint is readable."""
     errors = []
@@ -484,6 +504,7 @@ CHECKS = (
     (_control_errors, ()),
     (_off_policy_errors, ("rl",)),
     (_critic_errors, ()),
+    (_reward_model_errors, ()),
     (_selection_errors, ("rl", "selection")),
     (agent_config.agent_config_errors, ()),
     (_mesh_errors, ("rl", "sft")),

@@ -24,6 +24,7 @@ step can be regenerated without replaying earlier ones and the data-iterator sta
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Sequence
 
 import numpy as np
@@ -104,6 +105,36 @@ def render_problem(operands: Sequence[int], ops: Sequence[str]) -> Example:
         steps.append(f"{running}{op}{v}={result};")
         running = result
     return Example(prompt=prompt, solution="".join(steps) + f"#{running}", answer=str(running))
+
+
+_STEP = re.compile(r"^(-?\d+)([+\-*])(\d+)=(-?\d+)$")
+
+
+CORRUPTIONS = ("step_or_final", "final_answer")
+
+
+def wrong_solution(solution: str, rng: np.random.Generator, corruption: str = "step_or_final") -> str:
+    """A worked solution (``render_problem``'s) with a wrong final answer, for reward-model preference pairs:
+    ``"step_or_final"``: either only the final ``#answer`` is off by d (the steps stay right), or the result of one
+    step is off by d and the later steps carry the error on consistently, the choice uniform over the steps and the
+    final answer; ``"final_answer"``: always the former (a check of the answer against the last step, learnable
+    without knowing the sums). d is uniform in {-3, ..., 3} without 0.
+    ``"3+7=10;#10"`` -> ``"3+7=10;#12"`` or ``"3+7=9;#9"``."""
+    if corruption not in CORRUPTIONS:
+        raise ValueError(f"corruption={corruption!r}: must be one of {CORRUPTIONS}")
+    *steps, final = solution.split(";")
+    parsed = [_STEP.match(step).groups() for step in steps]
+    delta = int(rng.choice([-3, -2, -1, 1, 2, 3]))
+    wrong = len(parsed) if corruption == "final_answer" else int(rng.integers(0, len(parsed) + 1))
+    if wrong == len(parsed):
+        return ";".join(steps) + f";#{int(final[1:]) + delta}"
+    out, running = list(steps[:wrong]), None
+    for k in range(wrong, len(parsed)):
+        lhs, op, rhs, result = parsed[k]
+        lhs = int(lhs) if running is None else running
+        running = int(result) + delta if running is None else _apply(lhs, op, int(rhs))
+        out.append(f"{lhs}{op}{rhs}={running}")
+    return ";".join(out) + f";#{running}"
 
 
 def is_test_problem(prompt: str, cfg: ArithmeticConfig) -> bool:

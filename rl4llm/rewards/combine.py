@@ -6,6 +6,9 @@
   Per-component GDPO normalisation (normalise each component within its group, then sum) is an advantage
   estimator, not a reward; it takes these components as its input.
 * :func:`conditioned` — each extra component as it enters :func:`combine` (the reward components of GDPO).
+* :func:`with_model_score` — an outcome reward model's score s in the reward: ``r' = w · s`` (``mode="replace"``)
+  or ``r' = r + w · s`` (``mode="add"``: a learned bonus on the rule reward r); ``rl4llm.train.rollouts`` applies it
+  to the pipeline's reward.
 * :func:`parse_weights` — ``"format_think_answer:0.2,answer_tag:0.1"`` -> ``{"format_think_answer": 0.2, ...}``.
 * :func:`majority_vote` — TTRL (Zuo et al. 2025): for a label-free prompt, the pseudo-label of each group is the
   most frequent extracted answer among its G samples (ties -> the answer seen first; samples with no answer do
@@ -21,6 +24,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 COMBINE_MODES = ("sum", "if_correct")
+REWARD_MODEL_MODES = ("replace", "add")
 
 
 def combine(
@@ -46,6 +50,14 @@ def conditioned(
         raise ValueError(f"combine mode {mode!r}; known: {', '.join(COMBINE_MODES)}")
     keep = np.asarray(main, np.float64) >= threshold if mode == "if_correct" else True
     return {name: np.where(keep, np.asarray(values, np.float64), 0.0) for name, values in extras.items()}
+
+
+def with_model_score(rewards: np.ndarray, model_scores: np.ndarray, *, weight: float, mode: str) -> np.ndarray:
+    """The reward [N] float32 with the reward model's scores [N] (module docstring)."""
+    if mode not in REWARD_MODEL_MODES:
+        raise ValueError(f"reward model mode {mode!r}; known: {', '.join(REWARD_MODEL_MODES)}")
+    bonus = weight * np.asarray(model_scores, np.float64)
+    return (bonus if mode == "replace" else np.asarray(rewards, np.float64) + bonus).astype(np.float32)
 
 
 def parse_weights(spec: str) -> dict[str, float]:

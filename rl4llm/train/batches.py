@@ -22,13 +22,17 @@ def encode_prompts(tokenizer, prompts: Sequence[str], bucket: int) -> tuple[np.n
     return sampling.pad_prompts(ids, tokenizer.pad_id, bucket)
 
 
-def encode_completions(tokenizer, completions: Sequence[str], length: int) -> tuple[np.ndarray, np.ndarray]:
-    """Right-padded `tokens + [eos]` [N, length] and mask [N, length]; raises if one does not fit."""
+def encode_completions(tokenizer, completions: Sequence[str], length: int, *,
+                       truncate: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded `tokens + [eos]` [N, length] and mask [N, length]; one that does not fit raises, or with
+    `truncate` keeps its first `length` tokens (the eos is cut off with the rest: OpenRLHF's head truncation)."""
     tokens = np.full((len(completions), length), tokenizer.pad_id, np.int32)
     mask = np.zeros((len(completions), length), np.float32)
     for i, text in enumerate(completions):
         ids = tokenizer.encode(text) + [tokenizer.eos_id]
-        if len(ids) > length:
+        if truncate:
+            ids = ids[:length]
+        elif len(ids) > length:
             raise ValueError(
                 f"completion {text!r} has {len(ids)} tokens (with eos) > max_new_tokens={length}; "
                 "raise config.sampling.max_new_tokens"

@@ -1,5 +1,6 @@
 """Single-turn rollouts: the RL step's prompts (`config.selection`), G sampled completions each, scored on the host by
-the reward pipeline in one call (`rollout_and_score`); ReMax's greedy baseline rollout (`greedy_baseline_scores`)."""
+the reward pipeline in one call and, with `config.reward_model.checkpoint`, by the outcome reward model in one jitted
+call on the device (`rollout_and_score`); ReMax's greedy baseline rollout (`greedy_baseline_scores`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl4llm import sampling
+from rl4llm.rewards import combine as combine_lib
 from rl4llm.train import batches
 from rl4llm.train import prompt_selection
 from rl4llm.train.setup import Setup
@@ -32,8 +34,10 @@ def step_prompts(config, setup: Setup, step: int):
     return examples, prompt_tokens, prompt_mask
 
 
-def score(config, setup: Setup, completion_tokens, completion_mask, answers, group_ids: np.ndarray, prefixes=None):
-    """Host rewards of completions [N, T] (host arrays; the batch scored in one pipeline call).
+def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, completion_mask, answers,
+          group_ids: np.ndarray, prefixes=None):
+    """Host rewards of the rows `[prompt | completion]` ([N, P], [N, T] host arrays; the batch scored in one
+    pipeline call and, with `config.reward_model.checkpoint`, one RM call: `with_reward_model`).
     `prefixes` [N]: text scored before each completion (a hint the prompt already holds), or None.
 
     Returns (rewards [N], main reward [N], reward components [N, K], reward metrics).
@@ -41,8 +45,26 @@ def score(config, setup: Setup, completion_tokens, completion_mask, answers, gro
     texts = batches.decode_completions(setup.tokenizer, completion_tokens, completion_mask)
     if prefixes is not None:
         texts = [prefix + text for prefix, text in zip(prefixes, texts)]
-    return setup.rewards.score(texts, answers, completion_mask.sum(-1), group_ids,
-                               max_length=config.sampling.max_new_tokens)
+    scores, main, components, metrics = setup.rewards.score(
+        texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens
+    )
+    if setup.reward_model is not None:
+        tokens, mask = batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask)
+        scores = with_reward_model(config, setup, tokens, mask, scores, main, metrics)
+    return scores, main, components, metrics
+
+
+def with_reward_model(config, setup: Setup, tokens, mask, rewards, main, metrics: dict) -> np.ndarray:
+    """The pipeline's `rewards` [N] with the outcome RM's scores of the `[prompt | completion]` sequences `tokens`
+    [N, P+T] (`reward_model.Scorer`: one jitted call for the batch, one transfer of [N] scores), combined by
+    `config.reward_model.mode` / `weight` (`rewards.combine.with_model_score`). `main` (correctness) is left as it
+    is. Adds `reward_model/score_mean`, `reward_model/score_std` and the rule reward's mean to `metrics`."""
+    model_scores = setup.reward_model(tokens, mask)
+    metrics["reward_model/score_mean"] = float(model_scores.mean())
+    metrics["reward_model/score_std"] = float(model_scores.std())
+    metrics[f"reward/{config.task.reward}"] = float(np.mean(main))
+    r = config.reward_model
+    return combine_lib.with_model_score(rewards, model_scores, weight=r.weight, mode=r.mode)
 
 
 def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.ndarray:
@@ -53,7 +75,8 @@ def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.n
     examples, prompt_tokens, prompt_mask = step_prompts(config, setup, step)
     rollout = generate(setup, params, prompt_tokens, prompt_mask, key, setup.eval_spec.greedy)
     tokens, mask = jax.device_get((rollout.completion_tokens, rollout.completion_mask))
-    scores = score(config, setup, tokens, mask, [e.answer for e in examples], np.arange(len(examples)))[0]
+    scores = score(config, setup, prompt_tokens, prompt_mask, tokens, mask, [e.answer for e in examples],
+                   np.arange(len(examples)))[0]
     return np.repeat(scores, config.rl.num_generations)
 
 
@@ -91,14 +114,14 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     if traces is not None:
         completions, sizes = with_traces(config, setup, completions, counts, traces)
     group_ids = np.repeat(np.arange(len(prompts)), sizes)
+    row_tokens, row_mask = prompt_tokens[group_ids], prompt_mask[group_ids]
     scores, main, components, reward_metrics = score(
-        config, setup, completions["completion_tokens"], completions["completion_mask"],
+        config, setup, row_tokens, row_mask, completions["completion_tokens"], completions["completion_mask"],
         np.repeat(answers, sizes).tolist(), group_ids, np.repeat(prefixes, sizes).tolist() if any(prefixes) else None,
     )
     rows = prompt_selection.Rows(
-        prompt_tokens=np.repeat(prompt_tokens, sizes, axis=0), prompt_mask=np.repeat(prompt_mask, sizes, axis=0),
-        scores=scores, main=main, components=components, hint_chars=np.zeros(len(scores), np.int32),
-        fresh=np.ones(len(scores), bool), **completions,
+        prompt_tokens=row_tokens, prompt_mask=row_mask, scores=scores, main=main, components=components,
+        hint_chars=np.zeros(len(scores), np.int32), fresh=np.ones(len(scores), bool), **completions,
     )
     return rows, reward_metrics
 

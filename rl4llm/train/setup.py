@@ -12,6 +12,7 @@ from typing import Callable
 import jax
 
 from rl4llm import models
+from rl4llm import reward_model as reward_model_lib
 from rl4llm import rewards as rewards_lib
 from rl4llm import sampling
 from rl4llm.data import tasks as tasks_lib
@@ -43,6 +44,7 @@ class Setup:
     rewards: pipeline_lib.RewardPipeline  # a step's batch rewards (pool, extra components, shaping, pseudo-labels)
     selector: prompt_selection.Selector | None = None  # the RL step's prompts and rollouts (config.selection)
     layout: layout_lib.Layout | None = None  # the meshes' placement of arrays (`parallel`); None on one device
+    reward_model: reward_model_lib.Scorer | None = None  # an outcome RM scoring rollouts (config.reward_model)
 
 
 def build_setup(config, workdir: str) -> Setup:
@@ -74,9 +76,12 @@ def build_setup(config, workdir: str) -> Setup:
         config, task, data_offset=RL_DATA_OFFSET, pad_id=tokenizer.pad_id,
         encode=lambda prompts: batches.encode_prompts(tokenizer, prompts, config.sampling.prompt_bucket),
     )
+    scorer = (reward_model_lib.Scorer.from_checkpoint(config.reward_model.checkpoint, tokenizer,
+                                                      task.source.corpus(0)[0])
+              if config.reward_model.checkpoint else None)
     return Setup(
         task, tokenizer, model_cfg, rollout_cfg, eval_examples, eval_spec, reward_pipeline.score_one, reward_pipeline,
-        selector,
+        selector, reward_model=scorer,
     )
 
 

@@ -1,0 +1,170 @@
+"""The reward-model job (`experiments/train_reward_model.py`): an outcome RM (`rl4llm.reward_model`) trained on
+preference pairs of the built-in arithmetic task, built procedurally, with a held-out pairwise accuracy (`run`).
+
+A pair is a problem's prompt with its reference solution (chosen) and a corrupted one whose final answer is wrong
+(rejected: `data.arithmetic.wrong_solution`, an off-by-d final answer or an off-by-d step carried on). Training
+pairs come from the task's training stream (step s: `train_examples(s, batch_size)`), held-out pairs from its
+held-out split (`test_examples(eval_pairs)`), so no held-out prompt is trained on. `config.reward_model.objective`
+"bradley_terry" trains on the pairs; "bce" on their 2P sequences labelled 1 (chosen) / 0 (rejected), as a verifier
+would label them. The held-out metric is the same for both: the fraction of pairs with r_chosen > r_rejected.
+
+The RM's decoder is `config.model` (a preset with the task's tokenizer, or `model.hf_checkpoint`), without LoRA;
+its trunk starts from the SFT policy of `config.reward_model.init_from` (an experiments.train workdir, whose
+tokenizer it then uses), else from the HF checkpoint's weights, else at random
+(`reward_model.init_params`). Writes `<workdir>/metrics.jsonl` (stage "rm"), `<workdir>/reward_model`
+(`reward_model.save`, with the tokenizer's fingerprint) and `<workdir>/summary.json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+import jax
+import ml_collections
+import numpy as np
+
+from rl4llm import config as config_lib
+from rl4llm import models
+from rl4llm import reward_model as rm
+from rl4llm.data import arithmetic
+from rl4llm.data import tasks as tasks_lib
+from rl4llm.train import checkpointing
+from rl4llm.train import metrics as metrics_lib
+from rl4llm.train import optim
+from rl4llm.train import setup as setup_lib
+
+STAGE = "rm"
+_TRAIN_STREAM, _EVAL_STREAM = 0, 1  # rng streams of the corruptions
+
+
+def preference_pairs(config, tokenizer, examples, rng: np.random.Generator) -> rm.PairBatch:
+    """(prompt, reference solution, `wrong_solution` of `config.reward_model.corruption`) pairs of `examples`,
+    encoded as the rollouts are (prompt bucket, `sampling.max_new_tokens` completion tokens), with the config's
+    constant margin."""
+    prompts = [e.prompt for e in examples]
+    rejected = [arithmetic.wrong_solution(e.solution, rng, config.reward_model.corruption) for e in examples]
+    return rm.encode_pairs(
+        tokenizer, prompts, [e.solution for e in examples], rejected,
+        prompt_bucket=config.sampling.prompt_bucket, completion_len=config.sampling.max_new_tokens,
+        margin=[config.reward_model.margin] * len(prompts),
+    )
+
+
+def as_labelled(pairs: rm.PairBatch) -> rm.LabelBatch:
+    """The 2P sequences of `pairs` labelled 1 (chosen) and 0 (rejected): the BCE objective's batch."""
+    p = pairs.chosen_tokens.shape[0]
+    return rm.LabelBatch(tokens=np.concatenate([pairs.chosen_tokens, pairs.rejected_tokens]),
+                         attention_mask=np.concatenate([pairs.chosen_mask, pairs.rejected_mask]),
+                         labels=np.concatenate([np.ones(p, np.float32), np.zeros(p, np.float32)]))
+
+
+def train_batch(config, task, tokenizer, step: int):
+    """The batch of update `step` (a pure function of the seed and step)."""
+    rng = np.random.default_rng((config.seed, _TRAIN_STREAM, step))
+    pairs = preference_pairs(config, tokenizer, task.source.train_examples(step, config.reward_model.batch_size), rng)
+    return pairs if config.reward_model.objective == "bradley_terry" else as_labelled(pairs)
+
+
+def held_out_pairs(config, task, tokenizer) -> rm.PairBatch:
+    rng = np.random.default_rng((config.seed, _EVAL_STREAM))
+    return preference_pairs(config, tokenizer, task.source.test_examples(config.reward_model.eval_pairs), rng)
+
+
+def evaluate(model_cfg, params, pairs: rm.PairBatch) -> dict:
+    """Held-out `eval/pairwise_accuracy` (r_c > r_r, strict), `eval/loss` (Bradley–Terry) and `eval/margin`."""
+    metrics = jax.device_get(rm.make_eval_fn(model_cfg, "bradley_terry")(params, pairs))
+    return {"eval/pairwise_accuracy": float(metrics["accuracy"]), "eval/loss": float(metrics["loss"]),
+            "eval/margin": float(metrics["margin"])}
+
+
+def sft_policy(directory: str, model_cfg, key):
+    """The last SFT params of an experiments.train workdir (`<directory>/checkpoints/sft`)."""
+    ckpt = checkpointing.Checkpointer(os.path.join(directory, "checkpoints", "sft"))
+    steps = ckpt.all_steps()
+    if not steps:
+        ckpt.close()
+        raise config_lib.ConfigError(f"config.reward_model.init_from={directory!r}: no SFT checkpoint there")
+    params, _ = ckpt.restore_entry(steps[-1], "params", jax.eval_shape(models.init_params, model_cfg, key))
+    ckpt.close()
+    return params
+
+
+def initial_params(config, model_cfg, key):
+    """The RM's params, a fresh head on: the SFT policy of `config.reward_model.init_from` (InstructGPT initialises
+    the RM from the SFT model), else the HF checkpoint's decoder (`config.model.hf_checkpoint`), else a random one."""
+    if config.reward_model.init_from:
+        trunk = sft_policy(config.reward_model.init_from, model_cfg, key)
+    elif config.model.hf_checkpoint:
+        trunk = setup_lib.initial_params(config, model_cfg, key)
+    else:
+        trunk = None
+    return rm.init_params(model_cfg, key, trunk)
+
+
+def _check_task(config) -> None:
+    if config.task.name != "arithmetic":
+        raise config_lib.ConfigError(f"config.task.name={config.task.name!r}: the reward-model job builds its "
+                                     "preference pairs from the 'arithmetic' task only")
+
+
+def _train(config, model_cfg, task, tokenizer, writer, key):
+    """The training loop -> (params, first and last held-out metrics)."""
+    r = config.reward_model
+    optimizer = optim.make_optimizer(r.learning_rate, r.warmup_steps, r.weight_decay, r.grad_clip)
+    state = rm.init_state(initial_params(config, model_cfg, key), optimizer)
+    step_fn = rm.make_train_step(model_cfg, optimizer, r.objective)
+    eval_pairs = held_out_pairs(config, task, tokenizer)
+    first = evaluate(model_cfg, state.params, eval_pairs)
+    writer.write(STAGE, 0, first)
+    last = first
+    for step in range(1, r.steps + 1):
+        state, metrics = step_fn(state, train_batch(config, task, tokenizer, step))
+        if step % config.log_every == 0 or step % r.eval_every == 0 or step == r.steps:
+            if step % r.eval_every == 0 or step == r.steps:
+                last = evaluate(model_cfg, state.params, eval_pairs)
+                metrics = {**metrics, **last}
+            writer.write(STAGE, step, metrics)
+    return state.params, first, last
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Trains the RM of `config` (its editable form) in `workdir`; returns the summary also written to
+    summary.json. Raises `rl4llm.config.ConfigError` before anything is built, and `checkpointing.StorageError` if the
+    workdir cannot be written or already holds a reward model."""
+    editable, config = config, config_lib.parse(config)
+    _check_task(config)
+    t0 = time.time()
+    out = os.path.join(workdir, "reward_model")
+    checkpointing.probe_workdir(workdir)
+    if os.path.exists(out):
+        raise checkpointing.StorageError(f"{out} exists: this job does not resume; choose a new --workdir")
+    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+        f.write(editable.to_json_best_effort(indent=2))
+    task = tasks_lib.build(config.task, config.seed)
+    tokenizer = setup_lib.model_tokenizer(config, config.reward_model.init_from or workdir, task)
+    model_cfg = dataclasses.replace(setup_lib.model_config(config, tokenizer.vocab_size), lora_rank=0,
+                                    lora_targets=())
+    writer = metrics_lib.MetricsWriter(workdir)
+    try:
+        params, first, last = _train(config, model_cfg, task, tokenizer, writer, jax.random.key(config.seed))
+    finally:
+        writer.close()
+    summary = {
+        "rm_eval_pairwise_accuracy": last["eval/pairwise_accuracy"],
+        "rm_eval_pairwise_accuracy_init": first["eval/pairwise_accuracy"],
+        "rm_eval_loss": last["eval/loss"],
+        "rm_steps": config.reward_model.steps,
+        "objective": config.reward_model.objective,
+        "wall_seconds": time.time() - t0,
+        "checkpoint": out,
+    }
+    meta = {"tokenizer_fingerprint": rm.tokenizer_fingerprint(tokenizer, task.source.corpus(0)[0]), **summary}
+    rm.save(out, model_cfg, params, meta)
+    with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+    print(f"held-out pairwise accuracy {first['eval/pairwise_accuracy']:.3f} -> {last['eval/pairwise_accuracy']:.3f} "
+          f"in {summary['wall_seconds']:.0f} s; reward model in {out}", flush=True)
+    return summary
