@@ -2,7 +2,7 @@
 Hybrid-policy Optimization"): external traces in the groups with multiple importance sampling and an
 exploration-based advantage."""
 
-from configs import default
+from configs import luffy
 
 
 def get_config():
@@ -22,15 +22,7 @@ def get_config():
         python -m experiments.train --config=configs/rl_plus.py --workdir=/tmp/rl4llm/rl_plus
     Result: not yet recorded.
     """
-    c = default.get_config()
-    c.rl.advantage = "dr_grpo"
+    c = luffy.get_config()  # LUFFY's schedule, the RL-PLUS loss
     c.rl.loss = "rl_plus"
-    c.rl.loss_kwargs.on_policy_clip = False
-    c.rl.loss_kwargs.exploration_exponent = 0.5
-    c.rl.off_policy_traces = 2
-    c.rl.agg_mode = "seq-mean-token-sum-norm"
-    c.rl.agg_norm_length = 0  # C = sampling.max_new_tokens
-    c.rl.entropy_coef = 0.001
-    c.rl.kl_coef = 0.0
-    c.rl.num_minibatches = 2
+    c.rl.loss_kwargs = {"on_policy_clip": False, "exploration_exponent": 0.5}
     return c
