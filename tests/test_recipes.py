@@ -44,6 +44,7 @@ RECIPES = (
     "bots",
     "luffy",
     "rl_plus",
+    "rlve",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -70,6 +71,7 @@ MECHANISMS = {
     "bots": ("selection/predicted_success", "clip_frac"),
     "luffy": ("off_policy_frac", "off_is_weight_mean", "off_shaped_weight_mean"),
     "rl_plus": ("off_policy_frac", "off_is_weight_mean", "off_exploration_weight_mean"),
+    "rlve": ("selection/frontier_accuracy", "selection/difficulty_upper"),
 }
 
 
@@ -82,6 +84,9 @@ TINY_SCALE = {
     "clip_cov": {"rl.loss_kwargs.clip_cov_lb": 0.0},
     "lp_reg": {"rl.loss_kwargs.rho_neg": 0.2},
     "ppo_arithmetic": {"critic.learning_rate": MECHANISM_LR},
+    # RLVE checks after 8 groups at 90 %: with 4 groups a step and the parity reward (~75 % right), a check per step
+    # at 50 % lets the level rise within the two steps.
+    "rlve": {"selection.difficulty_min_prompts": 4, "selection.difficulty_threshold": 0.5},
 }
 
 
