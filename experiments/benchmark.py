@@ -26,7 +26,8 @@ step. critic_s = values forward + GAE + critic update; step_s includes it.
 Timing (medians over --steps timed steps after one warm-up step; every phase ends in
 `block_until_ready` / a device->host copy):
   gen_s:     `sampling.generate` + the completions' device->host copy + the host reward;
-  learn_s:   the jitted learner step (reference log-probs + policy forward/backward + Adam);
+  learn_s:   the jitted learner step (reference log-probs + policy forward/backward + Adam); each group's
+             prompt is forwarded once and its KV cache forked to the group's rows (--noshared_prompt: per row);
   critic_s:  ppo_step only: the critic's values forward, GAE and the critic update;
   step_s:    the whole step (gen + advantages + batch assembly + learn);
   compile_s: ahead-of-time lower + compile of `generate` and the learner step, before the warm-up
@@ -131,6 +132,8 @@ _PROBE_MICRO_BATCH = flags.DEFINE_integer("probe_micro_batch_size", 0,
                                           "Memory probe: learner micro-batch size (0 = whole batch).", lower_bound=0)
 _REMAT = flags.DEFINE_enum("remat", None, list(model_config.REMAT_MODES),
                            "Override ModelConfig.remat of the preset (what the backward pass keeps per block).")
+_SHARED_PROMPT = flags.DEFINE_bool("shared_prompt", True, "The learner forwards each group's prompt once and forks "
+                                   "its KV cache to the group's rows (LearnerConfig.prompt_group).")
 _QUERY_CHUNK = flags.DEFINE_integer("attention_query_chunk", None, "Override ModelConfig.attention_query_chunk "
                                     "of the preset (0 = unchunked attention).", lower_bound=0)
 _MESH = flags.DEFINE_string("mesh", "", "data,fsdp,tensor sizes of a device mesh (-1 = the rest), e.g. 2,2,2; "
@@ -183,12 +186,13 @@ def sampling_config(wl: Workload) -> sampling.SamplingConfig:
                                    pad_id=PAD_ID)
 
 
-def learner_config(logprob_chunk_size: int, micro_batch_size: int = 0) -> learner.LearnerConfig:
-    """One on-policy PPO-clip update, seq-mean-token-mean, k3 KL 0.04, no entropy bonus."""
+def learner_config(logprob_chunk_size: int, micro_batch_size: int = 0, prompt_group: int = 1) -> learner.LearnerConfig:
+    """One on-policy PPO-clip update, seq-mean-token-mean, k3 KL 0.04, no entropy bonus; prompt_group > 1: each
+    group's shared prompt forwarded once (`models.completion_hidden`)."""
     return learner.LearnerConfig(
         loss="ppo_clip", loss_kwargs=(("clip_high", 0.2), ("clip_low", 0.2)), agg_mode="seq-mean-token-mean",
         kl_coef=0.04, kl_kind="k3", entropy_coef=0.0, temperature=1.0, micro_batch_size=micro_batch_size,
-        logprob_chunk_size=logprob_chunk_size, use_old_logp=False)
+        logprob_chunk_size=logprob_chunk_size, use_old_logp=False, prompt_group=prompt_group)
 
 
 def make_optimizer() -> optax.GradientTransformation:
@@ -280,11 +284,15 @@ class Programs:
     layout: layout_lib.Layout | None = None  # --mesh: where the state lives and the programs run
 
 
-def make_programs(model_cfg, wl: Workload, optimizer, logprob_chunk_size: int, layout=None, state=None) -> Programs:
-    """The workload's programs; with a `layout` (and the sharded `state`), the learner step on its mesh."""
+def make_programs(model_cfg, wl: Workload, optimizer, logprob_chunk_size: int, layout=None, state=None,
+                  shared_prompt: bool = True) -> Programs:
+    """The workload's programs; with a `layout` (and the sharded `state`), the learner step on its mesh.
+    `shared_prompt`: the learner forwards each group's prompt once (`LearnerConfig.prompt_group` = group size)."""
     if not wl.learn:
         return Programs(layout=layout)
-    learner_step = learner.make_learner_step(model_cfg, learner_config(logprob_chunk_size), optimizer, layout, state)
+    prompt_group = wl.group_size if shared_prompt else 1
+    learner_step = learner.make_learner_step(model_cfg, learner_config(logprob_chunk_size, 0, prompt_group), optimizer,
+                                             layout, state)
     if not wl.critic:
         return Programs(learner_step, layout=layout)
     return Programs(learner_step, critic_lib.make_values_fn(model_cfg, wl.new_tokens),
@@ -400,7 +408,7 @@ def summarize(wl: Workload, model: str, compile_s: float, timed: list[dict[str, 
 
 
 def run_workload(model_cfg: models.ModelConfig, model: str, wl: Workload, steps: int, seed: int,
-                 logprob_chunk_size: int = 128, mesh: str = "") -> dict:
+                 logprob_chunk_size: int = 128, mesh: str = "", shared_prompt: bool = True) -> dict:
     """AOT compilation, one warm-up step, then `steps` timed steps of `wl`; returns the JSON record.
     `mesh` "data,fsdp,tensor": on that device mesh (shared by the learner and the sampler)."""
     key = jax.random.key(seed)
@@ -412,7 +420,7 @@ def run_workload(model_cfg: models.ModelConfig, model: str, wl: Workload, steps:
         meshes = mesh_lib.meshes_from_config(ml_collections.ConfigDict({**sizes, "sampler": "shared"}))
         layout = layout_lib.Layout(meshes, model_cfg)
         state = jax.block_until_ready(layout.shard_state(state))
-    programs = make_programs(model_cfg, wl, optimizer, logprob_chunk_size, layout, state)
+    programs = make_programs(model_cfg, wl, optimizer, logprob_chunk_size, layout, state, shared_prompt)
     prompts = random_prompts(wl, model_cfg.vocab_size, seed)
     compile_s = compile_seconds(model_cfg, wl, programs, state, prompts, key)
     times = []
@@ -501,7 +509,7 @@ def main(argv):
     else:
         steps = _STEPS.value or default_steps(_MODEL.value)
         record = run_workload(model_cfg, _MODEL.value, WORKLOADS[_WORKLOAD.value], steps, _SEED.value,
-                              _CHUNK.value, _MESH.value)
+                              _CHUNK.value, _MESH.value, _SHARED_PROMPT.value)
     print(json.dumps(record), flush=True)
     print(table(record), flush=True)
 

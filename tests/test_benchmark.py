@@ -133,3 +133,24 @@ def test_memory_probe_record():
     assert record["step_s"] > 0 and record["compile_s"] > 0 and record["peak_rss_mb"] > 10
     assert record["micro_batch_size"] == 2 and record["logprob_chunk_size"] == 4
     assert (record["remat"], record["attention_query_chunk"]) == (NANO.remat, NANO.attention_query_chunk)
+
+
+def test_shared_prompt_learner_step_equals_the_per_row_one():
+    """The benchmark's learner forwards each group's prompt once (LearnerConfig.prompt_group = group size): on a real
+    grouped rollout its metrics and updated params equal the per-row learner's (up to rounding)."""
+    key = jax.random.key(0)
+    optimizer = benchmark.make_optimizer()
+    state = benchmark.init_state(NANO, key, optimizer)
+    rollout, scores = benchmark.generate_and_score(NANO, GRPO, state.params, benchmark.random_prompts(GRPO, 256, 0),
+                                                   key)
+    batch = benchmark.learner_batch(rollout, benchmark.group_advantages(GRPO, rollout, scores))
+    results = []
+    for shared in (False, True):
+        programs = benchmark.make_programs(NANO, GRPO, optimizer, 4, shared_prompt=shared)
+        copy = jax.tree.map(lambda x: x.copy(), state)  # the step donates its state
+        results.append(jax.device_get(programs.learner_step(copy, batch, key)))
+    (per_row, per_row_metrics), (shared, shared_metrics) = results
+    for name in ("loss/pg", "loss/kl", "grad_norm", "entropy"):
+        np.testing.assert_allclose(shared_metrics[name], per_row_metrics[name], rtol=1e-4, atol=1e-6)
+    for a, b in zip(jax.tree.leaves(shared.params), jax.tree.leaves(per_row.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -14,6 +14,7 @@ from rl4llm.models import (
     PRESETS,
     ModelConfig,
     apply,
+    completion_hidden,
     get_config,
     init_cache,
     init_params,
@@ -297,3 +298,34 @@ def test_model_config_rejects_bad_remat_and_chunk():
         tiny_cfg(remat="some")
     with pytest.raises(ValueError, match="attention_query_chunk"):
         tiny_cfg(attention_query_chunk=-1)
+
+
+def _grouped_rows(cfg: ModelConfig, groups: int, group: int, prompt_len: int, completion_len: int):
+    """[prompt (left-padded, shared by each group's rows) | completion (right-padded per row)] tokens and mask."""
+    rng = np.random.default_rng(0)
+    prompt_mask = np.ones((groups, prompt_len), np.int32)
+    prompt_mask[0, :2] = 0  # group 0's prompt is left-padded by 2
+    prompts = np.where(prompt_mask, rng.integers(1, cfg.vocab_size, (groups, prompt_len)), 0)
+    completion_mask = np.ones((groups * group, completion_len), np.int32)
+    completion_mask[1, 3:] = 0  # one row ends early
+    completions = np.where(completion_mask, rng.integers(1, cfg.vocab_size, completion_mask.shape), 0)
+    tokens = np.concatenate([np.repeat(prompts, group, 0), completions], 1)
+    mask = np.concatenate([np.repeat(prompt_mask, group, 0), completion_mask], 1)
+    return jnp.asarray(tokens, jnp.int32), jnp.asarray(mask), completion_mask.astype(bool)
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(qk_norm=True, num_kv_heads=1)])
+def test_shared_prompt_forward_equals_per_row_forward(overrides):
+    """prompt_group = g: each group's prompt forwarded once into a forked KV cache gives the per-row hidden states
+    and (through the forked cache) the same gradient, on real positions (masked ones are unspecified)."""
+    cfg = tiny_cfg(**overrides)
+    params = random_params(cfg)
+    tokens, mask, real = _grouped_rows(cfg, groups=3, group=4, prompt_len=5, completion_len=6)
+    hidden = lambda p, g: completion_hidden(cfg, p, tokens, mask, 6, g)  # noqa: E731
+    per_row, shared = jax.jit(hidden, static_argnums=1)(params, 1), jax.jit(hidden, static_argnums=1)(params, 4)
+    np.testing.assert_allclose(np.asarray(shared)[real], np.asarray(per_row)[real], atol=2e-5, rtol=2e-5)
+    loss = lambda p, g: jnp.sum(jnp.where(real[..., None], jnp.tanh(hidden(p, g)), 0.0))  # noqa: E731
+    grads = [ravel_pytree(jax.jit(jax.grad(loss), static_argnums=1)(params, g))[0] for g in (1, 4)]
+    np.testing.assert_allclose(grads[1], grads[0], atol=2e-4, rtol=1e-3)
+    with pytest.raises(ValueError, match="prompt_group=5"):
+        hidden(params, 5)

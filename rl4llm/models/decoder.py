@@ -488,13 +488,34 @@ def forward(cfg: ModelConfig, params: Params, tokens: jax.Array, positions: jax.
 
 
 def completion_hidden(cfg: ModelConfig, params: Params, tokens: jax.Array, attention_mask: jax.Array,
-                      completion_len: int) -> jax.Array:
+                      completion_len: int, prompt_group: int = 1) -> jax.Array:
     """Final-norm hidden states [B, T, E] that predict the last T = `completion_len` tokens of `tokens` [B, P+T]
     (`[prompt (left-padded) | completion]`): completion token t is predicted by position P+t−1. Positions follow
-    the mask (`positions_from_mask`). Log-probs (`train.logprobs`) and values (`value_head`) read these."""
+    the mask (`positions_from_mask`). Log-probs (`train.logprobs`) and values (`value_head`) read these.
+
+    prompt_group = g > 1: the rows come in consecutive groups of g with the same prompt (tokens and mask of the
+    first P columns), as a GRPO group does. Each prompt is then forwarded once into a KV cache that is forked to
+    its g rows (`fork_rows`), and the completions are forwarded against it: the same function (up to rounding)
+    for (g−1)/g of the prompt's FLOPs less, in the forward and the backward pass (the gradient reaches the prompt
+    through the forked cache). This path runs the cached forward, which keeps every activation (`cfg.remat` does
+    not apply). B must be a multiple of g; the caller guarantees the shared prompts.
+    """
     length = tokens.shape[1]
-    hidden, _ = forward(cfg, params, tokens, positions_from_mask(attention_mask), attention_mask)
-    return hidden[:, length - completion_len - 1 : length - 1]
+    if prompt_group == 1:
+        hidden, _ = forward(cfg, params, tokens, positions_from_mask(attention_mask), attention_mask)
+        return hidden[:, length - completion_len - 1 : length - 1]
+    rows, prompt_len = tokens.shape[0], length - completion_len
+    if rows % prompt_group:
+        raise ValueError(f"completion_hidden: {rows} rows are not groups of prompt_group={prompt_group}.")
+    positions = positions_from_mask(attention_mask)
+    prompt_hidden, cache = forward(
+        cfg, params, tokens[::prompt_group, :prompt_len], positions[::prompt_group, :prompt_len],
+        attention_mask[::prompt_group, :prompt_len], cache=init_cache(cfg, rows // prompt_group, length), cache_index=0)
+    source = jnp.arange(rows) // prompt_group  # [B] the group of each row
+    hidden, _ = forward(cfg, params, tokens[:, prompt_len:], positions[:, prompt_len:],
+                        attention_mask[:, prompt_len:], cache=fork_rows(cache, source), cache_index=prompt_len)
+    last_prompt = prompt_hidden[source, prompt_len - 1][:, None]  # [B, 1, E]: predicts completion token 0
+    return jnp.concatenate([last_prompt, hidden[:, :completion_len - 1]], axis=1)
 
 
 def unembed(cfg: ModelConfig, params: Params, hidden: jax.Array) -> jax.Array:

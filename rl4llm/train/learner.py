@@ -92,6 +92,7 @@ class LearnerConfig:
     logprob_vocab_chunk_size: int = 0  # > 0: vocabulary entries projected at once (online logsumexp); 0: all
     epo: tuple = ()  # EPO's settings (train.companions.epo.learner_settings); (): no EPO term
     agg_norm_length: float = 0.0  # C of "seq-mean-token-sum-norm" (Dr.GRPO's run constant); 0: the padded length
+    prompt_group: int = 1  # > 1: rows in groups of this many share a prompt, forwarded once (completion_hidden)
 
 
 # LearnerBatch fields forwarded to the policy loss when they are set.
@@ -126,7 +127,7 @@ def _logprob_options(cfg: LearnerConfig) -> dict:
 def _logprob_fn(model_cfg, cfg: LearnerConfig, completion_len: int) -> Callable:
     """(params, tokens, attention_mask) -> (logp, entropy) [m, T] of the completions, chunked as configured."""
     return functools.partial(logprobs_lib.completion_logprobs, model_cfg, completion_len=completion_len,
-                             **_logprob_options(cfg))
+                             prompt_group=cfg.prompt_group, **_logprob_options(cfg))
 
 
 def minibatch_token_stats(model_cfg, cfg: LearnerConfig, params, batch: LearnerBatch, key):
@@ -191,7 +192,8 @@ def _microbatch_loss(
     hidden states as the log-probs (one decoder forward), added to the policy loss (`HeadLoss`).
     `epo`: the state's `train.companions.epo.EPOState` (read when `cfg.epo` is set)."""
     completion_len = mb.completion_mask.shape[1]
-    hidden = models.completion_hidden(model_cfg, params, mb.tokens, mb.attention_mask, completion_len)  # [m, T, E]
+    hidden = models.completion_hidden(model_cfg, params, mb.tokens, mb.attention_mask, completion_len,
+                                      cfg.prompt_group)  # [m, T, E]
     logp, entropy = logprobs_lib.logprobs_from_hidden(model_cfg, params, hidden, mb.tokens[:, -completion_len:],
                                                       **_logprob_options(cfg))
     old_logp = mb.old_logp if cfg.use_old_logp else jax.lax.stop_gradient(logp)

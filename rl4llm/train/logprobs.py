@@ -30,6 +30,7 @@ def completion_logprobs(
     chunk_size: int = 128,
     vocab_chunk_size: int | None = None,
     min_p: float | None = None,
+    prompt_group: int = 1,
 ):
     """Log-probs and entropies of the last `completion_len` tokens of each sequence.
 
@@ -43,12 +44,14 @@ def completion_logprobs(
         chunk_size: completion positions projected to the vocabulary at once.
         vocab_chunk_size: vocabulary entries projected at once (online logsumexp); None: all of them.
         min_p: if set, also the Lp-Reg min-p proxy log-probs (`rl.entropy.minp_proxy_logprobs`), no gradient.
+        prompt_group: g > 1: rows in consecutive groups of g share their prompt, forwarded once
+            (`models.completion_hidden`).
 
     Returns:
         (logp [N, T], entropy [N, T]) float32, plus proxy_logp [N, T] with `min_p`; values at masked
         positions are finite but meaningless.
     """
-    hidden = models.completion_hidden(model_cfg, params, tokens, attention_mask, completion_len)  # [N, T, H]
+    hidden = models.completion_hidden(model_cfg, params, tokens, attention_mask, completion_len, prompt_group)
     return logprobs_from_hidden(
         model_cfg, params, hidden, tokens[:, tokens.shape[1] - completion_len :], temperature=temperature,
         chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, min_p=min_p,
