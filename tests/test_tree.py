@@ -296,3 +296,63 @@ def test_sampler_tree_nodes_match_the_official_tree():
         local_parent = np.where(parent[rows] >= 0, parent[rows] - g * per, -1)
         want = official_advantages(scores[rows], local_parent, fork[rows], lengths[rows], T)
         np.testing.assert_allclose(got[rows], want, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Config and a real run
+
+
+def _config(**tree):
+    from configs import default
+
+    c = default.get_config()
+    c.tree.enabled = True
+    c.tree.update(tree)
+    return c
+
+
+def test_config_errors_name_the_field():
+    from rl4llm import config as config_lib
+
+    with pytest.raises(config_lib.ConfigError, match=r"config.rl.num_generations=16: .* = 30 paths; set it to 30"):
+        config_lib.parse(_config())
+    c = _config(initial_paths=2, branch_points=1, branches=3, iterations=2)  # 2·(1 + 2·1·3) = 14
+    c.rl.num_generations, c.selection.method = 14, "dynamic_sampling"
+    with pytest.raises(config_lib.ConfigError, match=r"needs config.selection.method='uniform'"):
+        config_lib.parse(c)
+    c = _config(initial_paths=4, branch_points=1, branches=3)
+    c.rl.off_policy_traces, c.rl.loss = 2, "luffy"
+    with pytest.raises(config_lib.ConfigError, match=r"off_policy_traces=2 would add rows outside the tree"):
+        config_lib.parse(c)
+    with pytest.raises(config_lib.ConfigError, match=r"config.tree.branches=0"):
+        config_lib.parse(_config(branches=0))
+    c = _config()
+    c.tree.enabled, c.rl.advantage = False, "treerl"
+    with pytest.raises(config_lib.ConfigError, match=r"config.rl.advantage='treerl': needs tree rollouts"):
+        config_lib.parse(c)
+    c = _config(initial_paths=4, branch_points=1, branches=3)  # 4·(1 + 3) = 16: the default group
+    c.rl.advantage = "treerl"
+    assert config_lib.parse(c).tree.rows_per_prompt == 16
+
+
+def test_two_step_nano_run(tmp_path):
+    """The real job (nano model, tiny arithmetic task): two RL steps on tree rollouts with TreeRL advantages; the
+    tree branched (rows forked from other paths, sharing their prefix) and the loss stayed finite."""
+    from rl4llm.train import job
+    from rl4llm.train import metrics as metrics_lib
+    from tests.test_train import tiny_config
+
+    config = tiny_config()
+    config.rl.steps, config.sft.steps = 2, 20
+    config.tree.enabled = True
+    config.tree.initial_paths, config.tree.branch_points, config.tree.branches, config.tree.iterations = 2, 1, 1, 1
+    config.rl.advantage = "treerl"
+    job.run(config, str(tmp_path))
+    records = {r["step"]: r for r in metrics_lib.read_metrics(str(tmp_path), "rl")}
+    assert sorted(records) == [1, 2]
+    for record in records.values():
+        assert record["tree/rows_per_prompt"] == 4.0
+        assert record["tree/branches"] == 2 * config.rl.num_prompts  # M·L·N·T = 2 branches per prompt
+        assert math.isfinite(record["loss/pg"])
+    assert max(r["tree/shared_token_frac"] for r in records.values()) > 0  # rows share prefixes
+    assert max(r["tree/branch_depth"] for r in records.values()) > 0
