@@ -332,7 +332,7 @@ def test_config_errors_name_the_field():
         config_lib.parse(c)
     c = _config(initial_paths=4, branch_points=1, branches=3)  # 4·(1 + 3) = 16: the default group
     c.rl.advantage = "treerl"
-    assert config_lib.parse(c).tree.rows_per_prompt == 16
+    assert config_lib.parse(c).rl.num_generations == 16
 
 
 def test_two_step_nano_run(tmp_path):

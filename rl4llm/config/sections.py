@@ -300,11 +300,6 @@ class Tree:
     branches: int = param(2, "T: branches decoded from each fork point (TreeRL: 2)", AtLeast(1))
     iterations: int = param(1, "L: rounds of forking (TreeRL: 1)", AtLeast(0))
 
-    @property
-    def rows_per_prompt(self) -> int:
-        """M*(1 + L*N*T): the paths (rows) of one prompt."""
-        return self.initial_paths * (1 + self.iterations * self.branch_points * self.branches)
-
 
 @_section
 class Arpo:

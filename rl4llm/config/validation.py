@@ -22,6 +22,7 @@ from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import length as length_lib
 from rl4llm.rl import registry
+from rl4llm.sampling.tree import TreeShape
 
 
 def _unwrap(fn):
@@ -403,6 +404,12 @@ def _off_policy_errors(config) -> list[str]:
     return errors
 
 
+def tree_shape(config) -> TreeShape:
+    """The sampler's tree shape (`sampling.tree.TreeShape`) of config.tree."""
+    t = config.tree
+    return TreeShape(t.initial_paths, t.branch_points, t.branches, t.iterations)
+
+
 def _tree_errors(config) -> list[str]:
     """Tree rollouts (config.tree) against the group, the rollout source and the advantage estimator."""
     tree, rl = config.tree, config.rl
@@ -413,9 +420,10 @@ def _tree_errors(config) -> list[str]:
     field = (f"config.tree (initial_paths={tree.initial_paths}, branch_points={tree.branch_points}, "
              f"branches={tree.branches}, iterations={tree.iterations})")
     errors = []
-    if rl.num_generations != tree.rows_per_prompt:
+    rows = tree_shape(config).rows_per_prompt
+    if rl.num_generations != rows:
         errors.append(f"config.rl.num_generations={rl.num_generations}: with {field} a group is "
-                      f"M*(1 + L*N*T) = {tree.rows_per_prompt} paths; set it to {tree.rows_per_prompt}")
+                      f"M*(1 + L*N*T) = {rows} paths; set it to {rows}")
     if agent_config.is_agent_config(config):
         errors.append("config.tree.enabled=True: tree rollouts are single-turn; agent runs branch with "
                       "config.agent.arpo")

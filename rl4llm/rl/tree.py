@@ -60,7 +60,8 @@ def treerl(
     normalisation of leaf rewards (`leaf_normalize`), no step/token mean subtraction (`normalize_all_steps`), no
     "fill in" of zero local advantages (`fill_in_paths`), and every leaf is trained on (`use_all_terminals`; the
     paper's runs train on 16 of the 30 EPTree leaves, one correct leaf kept first).
-    Returns advantages [N, T], 0 where mask is 0.
+    Node statistics are segment sums over the N·(T+1) possible ids (a scatter: `group_sum`'s dense one-hot
+    contraction would be [N·(T+1), N·(T+1)]). Returns advantages [N, T], 0 where mask is 0.
     """
     scores = jnp.asarray(scores, jnp.result_type(scores, jnp.float32))
     value, leaves, first = _node_values(scores, tree_nodes)

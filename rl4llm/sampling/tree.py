@@ -13,7 +13,8 @@ in this order: its M initial paths, then iteration 1's M·N·T branches (tree m,
 iteration 2's, ... `TreeRollout.tree_nodes` encodes the tree for `rl4llm.rl.tree.treerl` (its module docstring).
 
 As the official code: uncertainty = −log p of the sampled token (its "entropy", `get_max_entropy_tokens`), from
-the sampler log-probs; top-N per tree over all its paths' own tokens (per-node top-N, then the tree's top-N); a
+the sampler log-probs; top-N per tree over all its paths' own tokens (per-node top-N, then the tree's top-N; ties
+go to the earlier row and position, `lax.top_k`, where the official descending tuple sort picks the later); a
 position may be picked again in a later iteration (more siblings at that fork); fewer candidates than N: the best
 one is repeated (its later `get_max_entropy_tokens`). Departures: a branch's own first token (the one its fork
 re-drew) is not a candidate (the official tree gives such a fork an empty node, which this encoding has no
@@ -50,10 +51,9 @@ class TreeShape:
     iterations: int  # L
 
     def __post_init__(self):
-        for name in ("initial_paths", "branch_points", "branches", "iterations"):
-            if getattr(self, name) < (1 if name in ("initial_paths", "branches") else 0):
-                raise ValueError(f"TreeShape.{name} must be >= 1 (initial_paths, branches) or >= 0, "
-                                 f"got {getattr(self, name)}.")
+        for name, low in (("initial_paths", 1), ("branch_points", 0), ("branches", 1), ("iterations", 0)):
+            if getattr(self, name) < low:
+                raise ValueError(f"TreeShape.{name} must be >= {low}, got {getattr(self, name)}.")
 
     @property
     def new_per_tree(self) -> int:

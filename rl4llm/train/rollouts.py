@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl4llm import sampling
+from rl4llm.config import validation as config_lib
 from rl4llm.sampling import tree as sampling_tree
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.train import batches
@@ -138,8 +139,7 @@ def _completions(rollout: sampling.Rollout) -> dict:
 def tree_completions(config, setup: Setup, params, prompt_tokens, prompt_mask, key) -> tuple[dict, dict]:
     """Each prompt's group sampled as one EPTree (`sampling.tree.generate_tree`, config.tree): host arrays by Rows
     field (with the tree's `tree_nodes`) and the step's tree metrics (`tree_metrics`)."""
-    t = config.tree
-    shape = sampling_tree.TreeShape(t.initial_paths, t.branch_points, t.branches, t.iterations)
+    shape = config_lib.tree_shape(config)
     params = setup.layout.sampler_params(params) if setup.layout else params
     out = sampling_tree.generate_tree(setup.model_cfg, params, jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask),
                                       key, setup.rollout_cfg, shape)
