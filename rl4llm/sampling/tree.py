@@ -72,11 +72,15 @@ class TreeShape:
         m, k = self.initial_paths, self.new_per_tree
         return m + (iteration - 1) * m * k + tree * k + index
 
-    def tree_rows(self, iteration: int) -> np.ndarray:
-        """[M, 1 + (iteration)·N·T] a prompt's rows of each tree after `iteration` iterations."""
-        return np.array([[self.local_row(i, m, j) for i in range(iteration + 1)
-                          for j in range(1 if i == 0 else self.new_per_tree)]
+    def made_in(self, iteration: int) -> np.ndarray:
+        """[M, paths per tree] a prompt's rows made in `iteration` (0: [M, 1], the initial paths; else [M, N·T])."""
+        per_tree = 1 if iteration == 0 else self.new_per_tree
+        return np.array([[self.local_row(iteration, m, j) for j in range(per_tree)]
                          for m in range(self.initial_paths)], np.int32)
+
+    def tree_rows(self, iteration: int) -> np.ndarray:
+        """[M, 1 + iteration·N·T] a prompt's rows of each tree after `iteration` iterations."""
+        return np.concatenate([self.made_in(i) for i in range(iteration + 1)], axis=1)
 
 
 class TreeRollout(flax.struct.PyTreeNode):
@@ -233,18 +237,19 @@ def generate_tree(model_cfg: ModelConfig, params: Params, prompt_tokens: jax.Arr
     def decode(rows, key, ids):
         return _decode(model_cfg, params, rows, last_token[ids], prompt_len[ids], width, key, cfg)
 
+    def rows_of(local: np.ndarray) -> np.ndarray:  # a prompt's rows [M, J] -> the batch's rows [B, M, J]
+        return np.arange(b)[:, None, None] * r + local[None]
+
     paths = _initial_paths(model_cfg, params, prompt_tokens, prompt_mask, shape, cfg)
-    initial = (np.arange(b)[:, None] * r + np.arange(shape.initial_paths)[None, :]).reshape(-1)
+    initial = rows_of(shape.made_in(0)).reshape(-1)
     zeros = jnp.zeros(initial.shape, jnp.int32)
     paths = _grow(paths, initial, jnp.asarray(initial), zeros, zeros - 1, functools.partial(decode, ids=initial),
                   jax.random.fold_in(key, 0), cfg.pad_id)
-    for iteration in range(1, shape.iterations + 1 if shape.new_per_tree else 1):
-        tree_rows = np.arange(b)[:, None, None] * r + shape.tree_rows(iteration - 1)[None]  # [B, M, J]
-        source, fork = fork_points(paths, tree_rows, shape)  # [B, M, N]
-        new = (np.arange(b)[:, None] * r + np.array([shape.local_row(iteration, m, j)
-               for m in range(shape.initial_paths) for j in range(shape.new_per_tree)])[None, :]).reshape(-1)
-        repeat = lambda x: jnp.repeat(x.reshape(-1), shape.branches)  # noqa: E731  (each fork point T times)
-        paths = _grow(paths, new, repeat(source), repeat(fork), repeat(source), functools.partial(decode, ids=new),
+    for iteration in range(1, (shape.iterations if shape.new_per_tree else 0) + 1):
+        source, fork = fork_points(paths, rows_of(shape.tree_rows(iteration - 1)), shape)  # [B, M, N]
+        new = rows_of(shape.made_in(iteration)).reshape(-1)  # tree m, fork point n, branch t
+        source, fork = (jnp.repeat(x.reshape(-1), shape.branches) for x in (source, fork))  # each point T times
+        paths = _grow(paths, new, source, fork, source, functools.partial(decode, ids=new),
                       jax.random.fold_in(key, iteration), cfg.pad_id)
     return _tree_rollout(paths, prompt_tokens[prompt_of_row], prompt_mask[prompt_of_row], shape)
 
@@ -264,8 +269,6 @@ def _tree_rollout(paths: _Paths, prompt_tokens, prompt_mask, shape: TreeShape) -
 def _tree_of(shape: TreeShape) -> np.ndarray:
     """[R] the tree (initial path index) of each of a prompt's rows."""
     tree = np.zeros(shape.rows_per_prompt, np.int32)
-    for iteration in range(shape.iterations + 1):
-        for m in range(shape.initial_paths):
-            for j in range(1 if iteration == 0 else shape.new_per_tree):
-                tree[shape.local_row(iteration, m, j)] = m
+    rows = shape.tree_rows(shape.iterations)  # [M, R / M]
+    tree[rows] = np.arange(shape.initial_paths)[:, None]
     return tree
