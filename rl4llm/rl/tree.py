@@ -49,17 +49,18 @@ def treerl(
         GA(s) = V(s) − V(root),  LA(s) = V(s) − V(parent(s)),  R(s) = (GA(s) + LA(s)) / sqrt(|L(s)|)
 
     root = the prompt's group (all its rows), a tree node's parent is the root (TreeRL's virtual root over the M
-    trees). As the paper (§3.2) and TreeRL's `path_from_root_to_node` (adv = (global_adv + local_adv) /
-    sqrt(terminal_in_subtree), raw 0/1 leaf rewards, root.state_value = mean of all leaves): the tokens of a
-    shared node appear in each of its |L(s)| rows, so sqrt(|L|) tempers their total weight. R(s) is the advantage
-    as it is (no further normalisation: the official code passes the token rewards straight through,
-    `compute_process_advantage`). Without branching every row is one node under the root: R = 2·(r − mean_g r),
+    trees). This is the paper's formula (§3.2), as a verl port of TreeRL's tree code writes it
+    (`path_from_root_to_node`: adv = (global_adv + local_adv) / sqrt(terminal_in_subtree), raw 0/1 leaf rewards,
+    root.state_value = mean of all leaves, the token rewards passed to the loss as they are,
+    `compute_process_advantage`): the tokens of a shared node appear in each of its |L(s)| rows, so sqrt(|L|)
+    tempers their total weight. Without branching every row is one node under the root: R = 2·(r − mean_g r),
     twice Dr.GRPO's advantage.
 
-    Departures from the OpenRLHF-era official code (its switches, off in the paper's formula): no leave-one-out
-    normalisation of leaf rewards (`leaf_normalize`), no step/token mean subtraction (`normalize_all_steps`), no
-    "fill in" of zero local advantages (`fill_in_paths`), and every leaf is trained on (`use_all_terminals`; the
-    paper's runs train on 16 of the 30 EPTree leaves, one correct leaf kept first).
+    Departures from THUDM/TreeRL's own (OpenRLHF) code, which reaches its advantages through switches: no
+    leave-one-out normalisation of leaf rewards (`leaf_normalize`), no step/token mean subtraction
+    (`normalize_all_steps`), sqrt(|L|) divides GA + LA (its `weighted_value_style=sqrt` divides accumulated leaf
+    sums), no "fill in" of zero local advantages (`fill_in_paths`), and every leaf is trained on
+    (`use_all_terminals`; the paper's runs train on 16 of the 30 EPTree leaves, one correct leaf kept first).
     Node statistics are segment sums over the N·(T+1) possible ids (a scatter: `group_sum`'s dense one-hot
     contraction would be [N·(T+1), N·(T+1)]). Returns advantages [N, T], 0 where mask is 0.
     """
