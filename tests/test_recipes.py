@@ -45,6 +45,7 @@ RECIPES = (
     "luffy",
     "rl_plus",
     "rlve",
+    "treerl",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -72,6 +73,7 @@ MECHANISMS = {
     "luffy": ("off_policy_frac", "off_is_weight_mean", "off_shaped_weight_mean"),
     "rl_plus": ("off_policy_frac", "off_is_weight_mean", "off_exploration_weight_mean"),
     "rlve": ("selection/frontier_accuracy", "selection/difficulty_upper"),
+    "treerl": ("tree/branches", "tree/shared_token_frac", "tree/distinct_branches"),
 }
 
 
@@ -87,6 +89,8 @@ TINY_SCALE = {
     # RLVE checks after 8 groups at 90 %: with 4 groups a step and the parity reward (~75 % right), a check per step
     # at 50 % lets the level rise within the two steps.
     "rlve": {"selection.difficulty_min_prompts": 4, "selection.difficulty_threshold": 0.5},
+    # TreeRL's (6, 2, 1, 2) tree is 30 rows; the tiny job's groups of 4 are trees (2, 1, 1, 1): 2 paths, 1 fork each
+    "treerl": {"tree.initial_paths": 2, "tree.branch_points": 1, "tree.branches": 1, "tree.iterations": 1},
 }
 
 

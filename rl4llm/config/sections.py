@@ -288,6 +288,20 @@ class Selection:
 
 
 @_section
+class Tree:
+    """Tree rollouts of single-turn runs (rl4llm.sampling.tree: TreeRL's EPTree, Hou et al. 2025): M paths per
+    prompt, then L times each tree's N most uncertain tokens (largest -log p) become fork points with T branches
+    each, decoded from the forked KV cache. A prompt's group is its M*(1 + L*N*T) paths = rl.num_generations.
+    rl.advantage="treerl" gives each segment its tree advantage; any group estimator works over the leaves."""
+
+    enabled: bool = param(False, "sample each group as a tree (needs rl.num_generations = M*(1 + L*N*T))", Boolean())
+    initial_paths: int = param(6, "M: paths sampled from the prompt, each a tree's root path (TreeRL: 6)", AtLeast(1))
+    branch_points: int = param(2, "N: fork points per tree per iteration (TreeRL: 2)", AtLeast(0))
+    branches: int = param(2, "T: branches decoded from each fork point (TreeRL: 2)", AtLeast(1))
+    iterations: int = param(1, "L: rounds of forking (TreeRL: 1)", AtLeast(0))
+
+
+@_section
 class Arpo:
     """ARPO entropy-based adaptive rollout (Dong et al. 2025; sampling.multi_turn.BranchingConfig): M of the
     num_generations rollouts of a task start at the prompt, the rest branch after tool calls or start fresh."""
@@ -412,6 +426,7 @@ class RunConfig:
     prime: Prime = param(Prime, "PRIME's implicit PRM")
     reward_model: RewardModel = param(RewardModel, "an outcome reward model: its training and its use in RL")
     selection: Selection = param(Selection, "prompt selection")
+    tree: Tree = param(Tree, "tree rollouts (TreeRL's EPTree)")
     agent: Agent = param(Agent, "multi-turn agents")
     eval: Eval = param(Eval, "held-out evaluation")
     log_every: int = param(5, "RL steps between console / metrics lines", AtLeast(1))

@@ -22,6 +22,7 @@ from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import length as length_lib
 from rl4llm.rl import registry
+from rl4llm.sampling.tree import TreeShape
 
 
 def _unwrap(fn):
@@ -151,6 +152,8 @@ def _abstract_inputs(names) -> dict:
     inputs = {k: jax.ShapeDtypeStruct(shape, jnp.float32) for k, shape in arrays.items() if k in names}
     if "group_ids" in names:
         inputs["group_ids"] = jax.ShapeDtypeStruct((n,), jnp.int32)
+    if "tree_nodes" in names:
+        inputs["tree_nodes"] = jax.ShapeDtypeStruct((n, t + 1), jnp.int32)
     k = 2  # multi-turn layout (agent runs): K = 2 turns
     turn_arrays = {"turn_rewards": ((n, k), jnp.float32), "gt_logprobs": ((n, k + 1), jnp.float32),
                    "turn_id": ((n, t), jnp.int32), "turn_end": ((n, k), jnp.int32), "turn_valid": ((n, k), jnp.bool_)}
@@ -401,6 +404,38 @@ def _off_policy_errors(config) -> list[str]:
     return errors
 
 
+def tree_shape(config) -> TreeShape:
+    """The sampler's tree shape (`sampling.tree.TreeShape`) of config.tree."""
+    t = config.tree
+    return TreeShape(t.initial_paths, t.branch_points, t.branches, t.iterations)
+
+
+def _tree_errors(config) -> list[str]:
+    """Tree rollouts (config.tree) against the group, the rollout source and the advantage estimator."""
+    tree, rl = config.tree, config.rl
+    if not tree.enabled:
+        if rl.advantage == "treerl":
+            return ["config.rl.advantage='treerl': needs tree rollouts (config.tree.enabled=True)"]
+        return []
+    field = (f"config.tree (initial_paths={tree.initial_paths}, branch_points={tree.branch_points}, "
+             f"branches={tree.branches}, iterations={tree.iterations})")
+    errors = []
+    rows = tree_shape(config).rows_per_prompt
+    if rl.num_generations != rows:
+        errors.append(f"config.rl.num_generations={rl.num_generations}: with {field} a group is "
+                      f"M*(1 + L*N*T) = {rows} paths; set it to {rows}")
+    if agent_config.is_agent_config(config):
+        errors.append("config.tree.enabled=True: tree rollouts are single-turn; agent runs branch with "
+                      "config.agent.arpo")
+    if config.selection.method != "uniform" or config.selection.hints:
+        errors.append(f"config.tree.enabled=True: needs config.selection.method='uniform' and hints=False (got "
+                      f"{config.selection.method!r}): a group must be one tree, sampled in one call")
+    if rl.off_policy_traces:
+        errors.append(f"config.tree.enabled=True: config.rl.off_policy_traces={rl.off_policy_traces} would add rows "
+                      "outside the tree; set it to 0")
+    return errors
+
+
 def _critic_errors(config) -> list[str]:
     """PPO's value model (config.critic.*), trained when rl.advantage needs values (rl.advantage="gae"), and
     PRIME's implicit PRM (rl.advantage="prime")."""
@@ -504,6 +539,7 @@ CHECKS = (
     (_control_errors, ()),
     (_off_policy_errors, ("rl",)),
     (_critic_errors, ()),
+    (_tree_errors, ("rl", "tree", "selection")),
     (_reward_model_errors, ()),
     (_selection_errors, ("rl", "selection")),
     (agent_config.agent_config_errors, ()),

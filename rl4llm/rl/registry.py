@@ -21,7 +21,8 @@ Advantages — the trainer calls::
     lengths[N] (default Σ_t mask), rewards[N, T] token-level rewards (default: scores on the last valid
     token, verl's convention; pass them to include e.g. a KL-in-reward penalty),
     values[N, T] critic values, baseline_scores[N] (ReMax greedy reward), reward_components[N, K]
-    (GDPO multi-reward), seq_metric[N] (CANON split metric), process_rewards[N, T] (PRIME implicit PRM).
+    (GDPO multi-reward), seq_metric[N] (CANON split metric), process_rewards[N, T] (PRIME implicit PRM),
+    tree_nodes[N, T+1] (the node of each position of a tree rollout's rows, `rl.tree`: TreeRL).
     Multi-turn estimators (`rl.multi_turn`: mt_grpo, igpo, gtpo, bilevel_gae) also take the turn layout:
     turn_id[N, T] (−1 off action tokens), turn_end[N, K], turn_valid[N, K], turn_rewards[N, K] (outcome
     excluded; it is `scores`) and gt_logprobs[N, K+1] (IGPO); `mask` is then the multi-turn loss mask.
@@ -63,7 +64,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl import advantages, entropy, losses, multi_turn, off_policy
+from rl4llm.rl import advantages, entropy, losses, multi_turn, off_policy, tree
 
 ADVANTAGES: dict[str, Callable[..., Any]] = {
     "grpo": advantages.grpo,
@@ -86,6 +87,7 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "gae": advantages.gae,
     "prime": advantages.prime,
     "gbpo": advantages.grpo,  # GBPO's weights are GRPO advantages; its loss also needs `gbpo_targets`
+    "treerl": tree.treerl,  # tree rollouts (config.tree): node values over the leaves through each segment
     # Multi-turn agents (turn-level credit; the trajectory-level baseline is "grpo"): `rl.multi_turn`.
     "mt_grpo": multi_turn.mt_grpo,
     "igpo": multi_turn.igpo,
@@ -141,7 +143,8 @@ FORCED_AGG_MODE: dict[str, str] = {
 # components, CANON's split metric, PRIME's dense rewards) and those only the multi-turn source provides (the turn
 # layout, IGPO's ground-truth log-probs). `train.inputs` holds a provider for each.
 COMMON_ADVANTAGE_INPUTS = ("scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values")
-SINGLE_TURN_ADVANTAGE_INPUTS = ("baseline_scores", "reward_components", "seq_metric", "process_rewards")
+SINGLE_TURN_ADVANTAGE_INPUTS = ("baseline_scores", "reward_components", "seq_metric", "process_rewards",
+                                "tree_nodes")
 MULTI_TURN_ADVANTAGE_INPUTS = ("turn_rewards", "turn_id", "turn_end", "turn_valid", "gt_logprobs")
 ADVANTAGE_INPUTS = COMMON_ADVANTAGE_INPUTS + SINGLE_TURN_ADVANTAGE_INPUTS + MULTI_TURN_ADVANTAGE_INPUTS
 # The standard inputs of policy losses; the learner provides every one (`train.learner`).

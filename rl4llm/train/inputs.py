@@ -49,6 +49,7 @@ class StepData:
     group_ids: jax.Array  # [N]
     behaviour: Any  # the rollout policy's (logp, entropy[, proxy_logp]) [N, T] (`programs.behaviour_fn`), or None
     off_policy: np.ndarray  # [N] bool: rows that are off-policy traces (config.rl.off_policy_traces), not sampled
+    tree_nodes: np.ndarray | None = None  # [N, T+1] node ids of tree rollouts (config.tree), else None
 
 
 def _reward_components(d: StepData):
@@ -97,6 +98,11 @@ def _process_rewards(d: StepData):
     return {"process_rewards": process, "prm_batch": prm_batch}, metrics
 
 
+def _tree_nodes(d: StepData):
+    """TreeRL: the node of each position of the tree rollouts' rows [N, T+1] (`sampling.tree`)."""
+    return {"tree_nodes": jnp.asarray(d.tree_nodes)}, {}
+
+
 class Provider(NamedTuple):
     needed: Callable  # (config) -> bool
     provide: Callable  # (StepData) -> (products, host metrics)
@@ -116,6 +122,7 @@ PROVIDERS: dict[str, Provider] = {
     "seq_metric": Provider(_declared("seq_metric"), _seq_metric),
     "values": Provider(critic_lib.enabled, _values),
     "process_rewards": Provider(prime_lib.enabled, _process_rewards),
+    "tree_nodes": Provider(_declared("tree_nodes"), _tree_nodes, host=True),
 }
 
 
@@ -141,7 +148,7 @@ def advantages(scores, group_ids, mask, *, name: str, num_groups: int, kwargs: t
     targets (returns [N, T] of estimators in `registry.RETURNS_VALUE_TARGETS`, else None).
 
     `inputs`: optional standard inputs (rewards [N, T], values [N, T], baseline_scores [N], reward_components
-    [N, K], process_rewards [N, T], seq_metric [N]) for estimators that declare them.
+    [N, K], process_rewards [N, T], seq_metric [N], tree_nodes [N, T+1]) for estimators that declare them.
     """
     out = registry.get_advantage(name)(scores, group_ids, mask, num_groups=num_groups, **inputs, **dict(kwargs))
     adv, returns = out if name in registry.RETURNS_VALUE_TARGETS else (out, None)

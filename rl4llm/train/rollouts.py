@@ -11,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl4llm import sampling
+from rl4llm.config import validation as config_lib
+from rl4llm.sampling import tree as sampling_tree
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.train import batches
 from rl4llm.train import prompt_selection
@@ -102,13 +104,15 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     counts = np.asarray(counts)
     prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
     prompt_index = np.repeat(np.arange(len(prompts), dtype=np.int32), counts)
-    if config.sampling.shared_prefix_prefill:  # each prompt prefilled once, its KV cache forked to its rows
-        rollout = generate(setup, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg, prompt_index)
+    tree_metrics = {}
+    if config.tree.enabled:  # each group is one tree of counts[i] = M(1 + LNT) paths (validation)
+        completions, tree_metrics = tree_completions(config, setup, params, prompt_tokens, prompt_mask, key)
+    elif config.sampling.shared_prefix_prefill:  # each prompt prefilled once, its KV cache forked to its rows
+        completions = _completions(generate(setup, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg,
+                                            prompt_index))
     else:
-        rollout = generate(setup, params, prompt_tokens[prompt_index], prompt_mask[prompt_index], key,
-                           setup.rollout_cfg)
-    fields = ("completion_tokens", "completion_mask", "logprobs", "finished")
-    completions = dict(zip(fields, jax.device_get(tuple(getattr(rollout, f) for f in fields))))
+        completions = _completions(generate(setup, params, prompt_tokens[prompt_index], prompt_mask[prompt_index],
+                                            key, setup.rollout_cfg))
     completions["off_policy"] = np.zeros(int(counts.sum()), bool)
     sizes = counts
     if traces is not None:
@@ -123,15 +127,51 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
         prompt_tokens=row_tokens, prompt_mask=row_mask, scores=scores, main=main, components=components,
         hint_chars=np.zeros(len(scores), np.int32), fresh=np.ones(len(scores), bool), **completions,
     )
-    return rows, reward_metrics
+    return rows, {**reward_metrics, **tree_metrics}
+
+
+def _completions(rollout: sampling.Rollout) -> dict:
+    """A rollout's completions as host arrays by Rows field."""
+    fields = ("completion_tokens", "completion_mask", "logprobs", "finished")
+    return dict(zip(fields, jax.device_get(tuple(getattr(rollout, f) for f in fields))))
+
+
+def tree_completions(config, setup: Setup, params, prompt_tokens, prompt_mask, key) -> tuple[dict, dict]:
+    """Each prompt's group sampled as one EPTree (`sampling.tree.generate_tree`, config.tree): host arrays by Rows
+    field (with the tree's `tree_nodes`) and the step's tree metrics (`tree_metrics`)."""
+    shape = config_lib.tree_shape(config)
+    params = setup.layout.sampler_params(params) if setup.layout else params
+    out = sampling_tree.generate_tree(setup.model_cfg, params, jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask),
+                                      key, setup.rollout_cfg, shape)
+    completions = _completions(out.rollout)
+    completions["tree_nodes"], parent, fork = jax.device_get((out.tree_nodes, out.parent, out.fork_position))
+    return completions, tree_metrics(completions["completion_tokens"], completions["completion_mask"], parent, fork,
+                                     shape.rows_per_prompt)
+
+
+def tree_metrics(tokens: np.ndarray, mask: np.ndarray, parent: np.ndarray, fork: np.ndarray, rows_per_prompt: int
+                 ) -> dict:
+    """What the tree search did: `tree/branches` (rows forked from another path), `tree/distinct_branches` (the
+    fraction that differ from their parent's completion), `tree/branch_depth` (mean fork position: the tokens a
+    branch shares with its parent), `tree/shared_token_frac` (copied prefix tokens / completion tokens) and
+    `tree/rows_per_prompt`."""
+    branch = np.flatnonzero(parent >= 0)
+    differs = [(tokens[r] != tokens[parent[r]]).any() or (mask[r] != mask[parent[r]]).any() for r in branch]
+    return {
+        "tree/branches": float(branch.size),
+        "tree/distinct_branches": float(np.mean(differs)) if branch.size else 0.0,
+        "tree/branch_depth": float(fork[branch].mean()) if branch.size else 0.0,
+        "tree/shared_token_frac": float(fork[branch].sum() / max(mask.sum(), 1)),
+        "tree/rows_per_prompt": float(rows_per_prompt),
+    }
 
 
 def rollout_and_score(config, setup: Setup, params, step: int, key, selection_state=None):
     """The step's rollouts under `config.selection` (`prompt_selection.Selector.collect`: uniform prompts with G
     completions each by default), scored on the host.
 
-    Returns (rollout, scores [N], reward components [N, K], group ids [N], off-policy rows [N] bool, host metrics,
-    new selection state).
+    Returns (rollout, scores [N], reward components [N, K], group ids [N], off-policy rows [N] bool, tree node ids
+    [N, T+1] (tree rollouts, config.tree; else None), host metrics, new selection state).
     """
     generate = functools.partial(generate_rows, config, setup, params)
     collected, selection_state = setup.selector.collect(selection_state, step, key, generate)
@@ -146,5 +186,5 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
         finished=jnp.asarray(rows.finished),
         num_decode_steps=jnp.asarray(config.sampling.max_new_tokens - 1, jnp.int32),  # an upper bound
     )
-    return (rollout, rows.scores, rows.components, collected.group_ids, rows.off_policy, collected.metrics,
-            selection_state)
+    return (rollout, rows.scores, rows.components, collected.group_ids, rows.off_policy, rows.tree_nodes,
+            collected.metrics, selection_state)

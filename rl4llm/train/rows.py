@@ -25,11 +25,16 @@ class Rows:
     hint_chars: np.ndarray  # [n] int32 reference-solution characters in the prompt
     fresh: np.ndarray  # [n] bool: generated this step (False: replayed)
     off_policy: np.ndarray  # [n] bool: an off-policy trace (the task's reference solution, rl.off_policy_traces)
+    tree_nodes: np.ndarray | None = None  # [n, T+1] int32: tree rollouts' node ids (config.tree; rl.tree), else None
 
 
 def take(rows: Rows, idx: np.ndarray) -> Rows:
     """Rows `idx` (in that order)."""
-    return Rows(**{f.name: getattr(rows, f.name)[idx] for f in dataclasses.fields(Rows)})
+    return Rows(**{f.name: _take(getattr(rows, f.name), idx) for f in dataclasses.fields(Rows)})
+
+
+def _take(x: np.ndarray | None, idx: np.ndarray) -> np.ndarray | None:
+    return None if x is None else x[idx]
 
 
 def _left_pad(x: np.ndarray, width: int, value) -> np.ndarray:
@@ -42,6 +47,9 @@ def concat(parts: Sequence[Rows], pad_id: int) -> Rows:
     out = {}
     for f in dataclasses.fields(Rows):
         arrays = [getattr(p, f.name) for p in parts]
+        if any(a is None for a in arrays):  # an optional field (tree_nodes) is kept only when every part has it
+            out[f.name] = None
+            continue
         if f.name == "prompt_tokens":
             arrays = [_left_pad(a, width, pad_id) for a in arrays]
         elif f.name == "prompt_mask":

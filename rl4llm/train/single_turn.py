@@ -91,15 +91,15 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
     rl = config.rl
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
-    rollout, scores, components, group_ids, off_policy, host_metrics, selection = rollouts.rollout_and_score(
-        config, setup, state.params, step, step_key, selection
-    )
+    rollout, scores, components, group_ids, off_policy, tree_nodes, host_metrics, selection = (
+        rollouts.rollout_and_score(config, setup, state.params, step, step_key, selection))
     mask = rollout.completion_mask.astype(jnp.float32)
     tokens, attention_mask = batches.join_sequences(
         rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens, rollout.completion_mask
     )
     data = inputs_lib.StepData(config, setup, programs, state, step, step_key, scores, components, mask, tokens,
-                               attention_mask, jnp.asarray(group_ids), behaviour=None, off_policy=off_policy)
+                               attention_mask, jnp.asarray(group_ids), behaviour=None, off_policy=off_policy,
+                               tree_nodes=tree_nodes)
     active = inputs_lib.providers(config)
     products, metrics = inputs_lib.provide(active, data, host=True)
     t_gen = time.time() - t0

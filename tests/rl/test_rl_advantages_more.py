@@ -254,7 +254,9 @@ def test_every_registered_estimator_runs_under_jit(name):
         # multi-turn layout (rl.multi_turn): turn 0 on tokens 0-1, an observation, turn 1 on tokens 3-4
         turn_id=jnp.tile(jnp.array([0, 0, -1, 1, 1]), (n, 1)), turn_end=jnp.tile(jnp.array([1, 4]), (n, 1)),
         turn_valid=jnp.ones((n, 2), bool), turn_rewards=jax.random.normal(k[2], (n, 2)),
-        gt_logprobs=-jax.random.uniform(k[0], (n, 3)))
+        gt_logprobs=-jax.random.uniform(k[0], (n, 3)),
+        # tree rollouts (rl.tree): rows 2i, 2i+1 share their first two tokens, then each has a node of its own
+        tree_nodes=jnp.asarray([[2 * (i // 2)] * 3 + [2 * n + i] * (t - 2) for i in range(n)], jnp.int32))
     fn = jax.jit(lambda s, kw: registry.get_advantage(name)(s, kw.pop("group_ids"), kw.pop("mask"),
                                                             num_groups=gnum, **kw))
     out = fn(scores, dict(inputs))
