@@ -73,8 +73,11 @@ def test_learner_and_sampler_compile_with_the_rules_memory(preset, topology, mes
     assert sampler.temporaries > 0 and tpu.fits(sampler, chip)
 
     # Without a layer scan, micro-batch scan or query chunks, XLA's FLOP count of the learner step is the analytic
-    # one: policy forward + backward (3x the forward) + the reference forward, split over the chips.
-    fwd = flops_lib.sequence_forward_flops(models.get_config(preset), ROWS, PROMPT_LEN + NEW_TOKENS, NEW_TOKENS)
+    # one: policy forward + backward (3x the forward) + the reference forward, split over the chips. Each group's
+    # prompt is forwarded once (rl.shared_prompt_forward, 4 rows per prompt), for 2 prompts instead of 8.
+    fwd = flops_lib.learner_forward_flops(models.get_config(preset), ROWS, PROMPT_LEN + NEW_TOKENS, NEW_TOKENS, 4)
+    assert fwd < 0.75 * flops_lib.sequence_forward_flops(models.get_config(preset), ROWS, PROMPT_LEN + NEW_TOKENS,
+                                                          NEW_TOKENS)
     assert sum(ph.flops for ph in programs["learner.step"].phases) == pytest.approx(4 * fwd)
     assert programs["learner.step"].xla_flops * len(devices) == pytest.approx(4 * fwd, rel=XLA_FLOPS_TOLERANCE)
 

@@ -178,6 +178,8 @@ class RL:
     grad_clip: float = param(1.0, "global gradient-norm clip", Between(0.0, 1e9))
     logprob_chunk_size: int = param(64, "sequence positions per log-prob chunk", AtLeast(1))
     logprob_vocab_chunk_size: int = param(0, "> 0: vocabulary entries per logsumexp / entropy chunk", AtLeast(0))
+    shared_prompt_forward: bool = param(True, "the learner forwards each group's prompt once for its G rows when the "
+                                        "rows allow it (config.validation.shared_prompt_group)", Boolean())
 
 
 @_section

@@ -508,14 +508,17 @@ def completion_hidden(cfg: ModelConfig, params: Params, tokens: jax.Array, atten
     if rows % prompt_group:
         raise ValueError(f"completion_hidden: {rows} rows are not groups of prompt_group={prompt_group}.")
     positions = positions_from_mask(attention_mask)
+    first_row = lambda x: x.reshape(rows // prompt_group, prompt_group, *x.shape[1:])[:, 0, :prompt_len]  # noqa: E731
     prompt_hidden, cache = forward(
-        cfg, params, tokens[::prompt_group, :prompt_len], positions[::prompt_group, :prompt_len],
-        attention_mask[::prompt_group, :prompt_len], cache=init_cache(cfg, rows // prompt_group, length), cache_index=0)
-    source = jnp.arange(rows) // prompt_group  # [B] the group of each row
+        cfg, params, first_row(tokens), first_row(positions), first_row(attention_mask),
+        cache=init_cache(cfg, rows // prompt_group, length), cache_index=0)
+    # Each group's cache row (and last prompt state) repeated to its rows: `fork_rows` with source = row // g, as a
+    # broadcast, which SPMD partitioners split along the rows (a gather made the TPU compiler fail on a data mesh).
+    cache, last_prompt = jax.tree.map(lambda x: jnp.repeat(x, prompt_group, axis=0),
+                                      (cache, prompt_hidden[:, prompt_len - 1 : prompt_len]))
     hidden, _ = forward(cfg, params, tokens[:, prompt_len:], positions[:, prompt_len:],
-                        attention_mask[:, prompt_len:], cache=fork_rows(cache, source), cache_index=prompt_len)
-    last_prompt = prompt_hidden[source, prompt_len - 1][:, None]  # [B, 1, E]: predicts completion token 0
-    return jnp.concatenate([last_prompt, hidden[:, :completion_len - 1]], axis=1)
+                        attention_mask[:, prompt_len:], cache=cache, cache_index=prompt_len)
+    return jnp.concatenate([last_prompt, hidden[:, :completion_len - 1]], axis=1)  # last prompt state: token 0
 
 
 def unembed(cfg: ModelConfig, params: Params, hidden: jax.Array) -> jax.Array:

@@ -47,6 +47,20 @@ def sequence_forward_flops(cfg: ModelConfig, rows: int, length: int, logit_token
             + 2.0 * unembed_params(cfg) * rows * logit_tokens)
 
 
+def learner_forward_flops(cfg: ModelConfig, rows: int, length: int, logit_tokens: int, prompt_group: int = 1
+                          ) -> float:
+    """`sequence_forward_flops`, or with prompt_group = g > 1 (`models.completion_hidden`): the P = length − T
+    prompt tokens forwarded for rows/g rows only, the T = `logit_tokens` completion tokens for every row, each
+    completion query seeing the P prompt keys and (T+1)/2 completion keys on average."""
+    if prompt_group == 1:
+        return sequence_forward_flops(cfg, rows, length, logit_tokens)
+    prompt_len, completion_tokens = length - logit_tokens, rows * logit_tokens
+    return (sequence_forward_flops(cfg, rows // prompt_group, prompt_len, 0)
+            + 2.0 * trunk_matmul_params(cfg) * completion_tokens
+            + attention_flops(cfg, completion_tokens, prompt_len + (logit_tokens + 1) / 2)
+            + 2.0 * unembed_params(cfg) * completion_tokens)
+
+
 def trunk_forward_flops(cfg: ModelConfig, rows: int, length: int) -> float:
     """The blocks' share of `sequence_forward_flops` (what full rematerialisation recomputes)."""
     return sequence_forward_flops(cfg, rows, length, 0)

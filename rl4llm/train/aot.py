@@ -223,7 +223,7 @@ def learner_programs(config, layout: layout_lib.Layout, state, optimizer, prompt
     if programs.behaviour_fn is not None:
         out.append(build("behaviour.logprobs", programs.behaviour_fn,
                          (state.params, full.tokens, full.attention_mask),
-                         costs.forward("behaviour", full, rl.micro_batch_size)))
+                         costs.forward("behaviour", full, rl.micro_batch_size, lcfg.prompt_group)))
     return out
 
 

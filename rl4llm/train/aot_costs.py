@@ -53,11 +53,12 @@ class Costs:
         return 0.0
 
     def _trained(self, name: str, params, opt_state, rows: int, length: int, logit_tokens: int,
-                 micro_batch_size: int) -> list[Phase]:
+                 micro_batch_size: int, prompt_group: int = 1) -> list[Phase]:
         """Forward + backward (2x the forward) + rematerialisation of a decoder over `rows` x `length` tokens in
-        micro-batches, then the optimizer update of `params` (trained leaves) with `opt_state`."""
+        micro-batches (each group's prompt once with `prompt_group` > 1), then the optimizer update of `params`
+        (trained leaves) with `opt_state`."""
         n_micro = rows // (micro_batch_size or rows)
-        fwd = flops_lib.sequence_forward_flops(self.cfg, rows, length, logit_tokens)
+        fwd = flops_lib.learner_forward_flops(self.cfg, rows, length, logit_tokens, prompt_group)
         remat = self.recompute_flops(rows, length)
         passes = 2 + (self.cfg.remat == "full")
         grads = per_device_bytes(params)
@@ -72,8 +73,8 @@ class Costs:
         t = batch.completion_mask.shape[1]
         n_micro = rows // (lcfg.micro_batch_size or rows)
         phases = self._trained("policy", lora.trainable(state.params), state.opt_state, rows, length, t,
-                               lcfg.micro_batch_size)
-        fwd = flops_lib.sequence_forward_flops(self.cfg, rows, length, t)
+                               lcfg.micro_batch_size, lcfg.prompt_group)
+        fwd = flops_lib.learner_forward_flops(self.cfg, rows, length, t, lcfg.prompt_group)
         if lcfg.kl_coef > 0:
             phases.append(Phase("reference fwd", fwd, fwd, n_micro * self.weights_read()))
         if lcfg.loss in registry.TOKEN_STATISTICS and n_micro > 1:
@@ -86,12 +87,13 @@ class Costs:
         return self._trained("critic", critic_state.params, critic_state.opt_state, rows, length, 0,
                              lcfg.micro_batch_size)
 
-    def forward(self, name: str, batch, micro_batch_size: int) -> list[Phase]:
+    def forward(self, name: str, batch, micro_batch_size: int, prompt_group: int = 1) -> list[Phase]:
         """One forward pass over the batch (log-probs of the completion tokens), the weights streamed once per
-        micro-batch (`train.programs`' behaviour pass runs micro-batches of `rl.micro_batch_size` rows)."""
+        micro-batch (`train.programs`' behaviour pass runs micro-batches of `rl.micro_batch_size` rows; each group's
+        prompt once with `prompt_group` > 1)."""
         rows, length = batch.tokens.shape
         n_micro = rows // micro_batch_size if micro_batch_size and rows % micro_batch_size == 0 else 1
-        fwd = flops_lib.sequence_forward_flops(self.cfg, rows, length, batch.completion_mask.shape[1])
+        fwd = flops_lib.learner_forward_flops(self.cfg, rows, length, batch.completion_mask.shape[1], prompt_group)
         return [Phase(f"{name} fwd", fwd, fwd, n_micro * self.weights_read())]
 
     def kv_cache_read(self, rows: int, slots: int) -> float:

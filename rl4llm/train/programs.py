@@ -42,6 +42,7 @@ def learner_config(config) -> learner_lib.LearnerConfig:
         tis_level=rl.tis_level,
         epo=epo_lib.learner_settings(config),
         agg_norm_length=config_lib.agg_norm_length(config),
+        prompt_group=config_lib.shared_prompt_group(config),
     )
 
 
@@ -109,6 +110,7 @@ def build_rl_programs(config, setup, optimizer, *, state=None) -> RLPrograms:
             chunk_size=lcfg.logprob_chunk_size,
             vocab_chunk_size=lcfg.logprob_vocab_chunk_size or None,
             min_p=min_p,
+            prompt_group=lcfg.prompt_group,
         )
         behaviour_fn = jax.jit(functools.partial(_micro_batched, logprobs, lcfg.micro_batch_size,
                                                  setup.layout.meshes.learner if setup.layout else None))
