@@ -45,6 +45,7 @@ RECIPES = (
     "luffy",
     "rl_plus",
     "rlve",
+    "online_dpo",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -72,6 +73,8 @@ MECHANISMS = {
     "luffy": ("off_policy_frac", "off_is_weight_mean", "off_shaped_weight_mean"),
     "rl_plus": ("off_policy_frac", "off_is_weight_mean", "off_exploration_weight_mean"),
     "rlve": ("selection/frontier_accuracy", "selection/difficulty_upper"),
+    # the DPO path fires: groups gave best-vs-worst pairs and the pair loss was evaluated on them
+    "online_dpo": ("dpo/valid_pair_frac", "dpo/loss"),
 }
 
 
