@@ -24,7 +24,9 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/online_dpo.py --workdir=/tmp/rl4llm/online_dpo
-    Result: not yet recorded (a 20-step sanity run: README, "Online DPO").
+    Result: not yet recorded at length. Sanity run, 20 steps from the default SFT warm start (greedy 0.574, one
+    seed, loaded 2-core CPU, 232 s): greedy 0.691, pass@1 0.521, pass@4 0.812, 81-94 % of groups gave a pair; the
+    default GRPO run on the same warm start and budget: 0.697, 0.542, 0.824 (README, "Online DPO").
     """
     c = default.get_config()
     c.preference.loss = "dpo"
