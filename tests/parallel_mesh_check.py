@@ -5,8 +5,11 @@ and batch (`parallel.Layout`) gives the single-device loss, gradients and update
 tolerance), keeps its params sharded by the logical-axis rules, and the sampler on that mesh draws the
 single-device tokens for the same key. Also a colocated sampler mesh (another layout of the same devices) and a
 disaggregated one (4 learner + 4 sampler devices), whose rollouts come back replicated on the learner's devices.
+And online DPO (`train.preference_step`: pairs of rows across the batch's shards, micro-batched) on the (2,2,2) mesh.
 Prints OK; exits non-zero on mismatch.
 """
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +22,7 @@ from rl4llm import models, sampling
 from rl4llm.parallel import layout as layout_lib
 from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.train import learner
+from rl4llm.train import preference_step
 
 # Every sharded dimension divides by 8: heads = kv_heads = 8, mlp 64, vocab 64, width 32.
 MODEL = models.ModelConfig(vocab_size=64, hidden_size=32, num_layers=1, num_heads=8, num_kv_heads=8, head_dim=4,
@@ -58,8 +62,8 @@ def random_batch(rng):
                                 old_logp=old_logp, sampler_logp=old_logp)
 
 
-def run_learner(state, batch, layout=None):
-    step = learner.make_learner_step(MODEL, CFG, OPTIMIZER, layout, state)
+def run_learner(state, batch, layout=None, cfg=CFG):
+    step = learner.make_learner_step(MODEL, cfg, OPTIMIZER, layout, state)
     new_state, metrics = step(state, batch, jax.random.key(3))
     return new_state, jax.device_get(metrics)
 
@@ -138,7 +142,28 @@ def main():
         distinct = tuple(x[:len(group_index) // 2] for x in prompts)
         forked = layout.generate(learner_params, *distinct, jax.random.key(5), SAMPLING, group_index)
         check_rollout(jax.device_get(forked), ref_groups, f"{name} shared-prefix prefill")
+    check_online_dpo(host_state)
     print("OK")
+
+
+def check_online_dpo(host_state):
+    """DPO on each group's best-vs-worst pair (8 groups of 2 rows, micro-batches of 4 rows): the sharded step gives
+    the single-device pair metrics, loss and update."""
+    cfg = dataclasses.replace(CFG, kl_coef=0.0, use_old_logp=False, micro_batch_size=4,
+                              preference=preference_step.PreferenceSettings("dpo", "sigmoid", 0.1, 0.0, N // 2))
+    rng = np.random.default_rng(1)
+    batch = random_batch(rng).replace(scores=rng.integers(0, 3, N).astype(np.float32),
+                                      group_ids=np.repeat(np.arange(N // 2), 2).astype(np.int32))
+    ref_state, ref_metrics = run_learner(jax.device_put(host_state, jax.devices()[0]),
+                                         jax.device_put(batch, jax.devices()[0]), cfg=cfg)
+    assert 0 < ref_metrics["dpo/valid_pair_frac"] < 1, ref_metrics
+    layout = layout_lib.Layout(mesh_lib.meshes_from_config(mesh_config(2, 2, 2)), MODEL)
+    new_state, metrics = run_learner(layout.shard_state(host_state), layout.place_batch(batch), layout, cfg)
+    for k in [k for k in ref_metrics if k.startswith("dpo/")] + ["loss/pg", "grad_norm"]:
+        close(metrics[k], ref_metrics[k], f"online DPO {k}")
+    jax.tree.map(lambda a, b: close(a, b, "online DPO params"), jax.device_get(new_state.params),
+                 jax.device_get(ref_state.params))
+    print("online DPO (2, 2, 2) matches", flush=True)
 
 
 def state_params(layout, host_state):

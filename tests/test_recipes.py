@@ -46,6 +46,7 @@ RECIPES = (
     "rl_plus",
     "rlve",
     "treerl",
+    "online_dpo",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -74,6 +75,8 @@ MECHANISMS = {
     "rl_plus": ("off_policy_frac", "off_is_weight_mean", "off_exploration_weight_mean"),
     "rlve": ("selection/frontier_accuracy", "selection/difficulty_upper"),
     "treerl": ("tree/branches", "tree/shared_token_frac", "tree/distinct_branches"),
+    # the DPO path fires: groups gave best-vs-worst pairs and the pair loss was evaluated on them
+    "online_dpo": ("dpo/valid_pair_frac", "dpo/loss"),
 }
 
 

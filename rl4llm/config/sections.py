@@ -23,6 +23,7 @@ from rl4llm.rewards import length as length_lib
 from rl4llm.rewards import pipeline as pipeline_lib
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
+from rl4llm.rl import preference as preference_lib
 from rl4llm.rl import registry
 
 LR_SCHEDULES = ("constant", "cosine")  # after the warm-up; cosine decays to 0 at the stage's last update
@@ -248,6 +249,25 @@ class Prime:
     grad_clip: float = param(1.0, "its gradient-norm clip", Between(0.0, 1e9))
 
 
+PREFERENCE_LOSSES = ("none", "dpo")  # rl4llm.train.preference_step
+
+
+@_section
+class Preference:
+    """Pairwise preference objectives in the RL loop (rl4llm.train.preference_step): each group's best vs worst
+    completion by the reward (rl4llm.rl.preference.pairs_from_groups) is a pair, and the pairwise loss against the
+    reference policy replaces rl.loss: online DPO (Guo et al. 2024); with rl.ref_reset_every the reference is the
+    previous iterate (iterative DPO: DNO, DPO-VP)."""
+
+    loss: str = param("none", "'dpo': DPO on each group's best-vs-worst pair replaces rl.loss; 'none': off",
+                      OneOf(PREFERENCE_LOSSES))
+    kind: str = param("sigmoid", "DPO variant: sigmoid | cdpo | robust | ipo (rl4llm.rl.preference.dpo_loss)",
+                      OneOf(preference_lib.DPO_KINDS))
+    beta: float = param(0.1, "beta of DPO (IPO's tau); TRL's default", Between(0.0, 1e3, low_open=True))
+    label_smoothing: float = param(0.0, "epsilon, the label-flip probability of cdpo / robust (and sigmoid); 0: off",
+                                   Between(0.0, 0.5))
+
+
 @_section
 class Selection:
     """Prompt selection, replay, rollout allocation, hints, curriculum (rl4llm.data.selection and neighbours)."""
@@ -427,6 +447,7 @@ class RunConfig:
     critic: Critic = param(Critic, "PPO's value model")
     prime: Prime = param(Prime, "PRIME's implicit PRM")
     reward_model: RewardModel = param(RewardModel, "an outcome reward model: its training and its use in RL")
+    preference: Preference = param(Preference, "pairwise preference objectives (online DPO) in place of rl.loss")
     selection: Selection = param(Selection, "prompt selection")
     tree: Tree = param(Tree, "tree rollouts (TreeRL's EPTree)")
     agent: Agent = param(Agent, "multi-turn agents")

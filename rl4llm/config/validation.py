@@ -21,6 +21,7 @@ from rl4llm.data import tasks
 from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import length as length_lib
+from rl4llm.rl import preference
 from rl4llm.rl import registry
 from rl4llm.sampling.tree import TreeShape
 
@@ -239,7 +240,7 @@ def _control_errors(config) -> list[str]:
             ("rl.kl_target", rl.kl_target, "adapts the KL coefficient"),
             ("rl.ref_reset_every", rl.ref_reset_every, "resets the KL reference policy"),
         ):
-            if value:
+            if value and not (path == "rl.ref_reset_every" and uses_pairwise_objective(config)):
                 errors.append(f"config.{path}={value!r}: {what}, but config.rl.kl_coef=0 turns KL off; set it > 0")
     if rl.entropy_target > 0 and not 0 <= rl.entropy_coef <= 1:
         errors.append(
@@ -446,6 +447,42 @@ def _tree_errors(config) -> list[str]:
     if rl.off_policy_traces:
         errors.append(f"config.tree.enabled=True: config.rl.off_policy_traces={rl.off_policy_traces} would add rows "
                       "outside the tree; set it to 0")
+
+def uses_pairwise_objective(config) -> bool:
+    """Whether a pairwise preference loss (`config.preference.loss`, online DPO) replaces `rl.loss`; it needs the
+    reference policy whether or not KL is on (`rl.ref_reset_every` then resets the DPO reference)."""
+    return config.preference.loss != "none"
+
+
+def _preference_errors(config) -> list[str]:
+    """A pairwise objective learns from each group's best-vs-worst pair of sampled single-turn rollouts, in one
+    update over the whole batch (`train.preference_step`): what cannot combine with it, and its kernel's settings
+    (DPO traced on a pair: IPO has no label smoothing, robust DPO needs epsilon < 0.5)."""
+    p, rl = config.preference, config.rl
+    if not uses_pairwise_objective(config):
+        return []
+    field = f"config.preference.loss={p.loss!r}"
+    conflicts = (  # (field, its value, whether it conflicts, why)
+        ("rl.num_minibatches", rl.num_minibatches, rl.num_minibatches > 1, "pairs are formed over the whole "
+         "batch's groups, which minibatches would split; set it to 1 (rl.ppo_epochs repeats the update)"),
+        ("rl.off_policy_traces", rl.off_policy_traces, rl.off_policy_traces > 0,
+         "pairs are of the policy's own samples; set it to 0"),
+        ("rl.tis_cap", rl.tis_cap, rl.tis_cap > 0, "per-token importance weights do not apply to a sequence-level "
+         "pair loss; set it to 0 (asynchronous rollouts and replay need them: run synchronous, without replay)"),
+        ("rl.token_selection", rl.token_selection, rl.token_selection != "all",
+         "a pair's sequence log-probs sum all its tokens; use 'all'"),
+        ("rl.kl_in_reward", rl.kl_in_reward, rl.kl_in_reward, "shapes the advantages' reward, which the pairs are "
+         "not chosen by; put the KL in the loss (rl.kl_coef) or rely on preference.beta"),
+        ("rl.advantage", rl.advantage, rl.advantage in registry.RETURNS_VALUE_TARGETS or rl.advantage == "prime",
+         "trains a critic / PRM whose output the pair loss never reads; use 'grpo'"),
+        ("agent.env", config.agent.env, agent_config.is_agent_config(config), "pairs come from single-turn groups only"),
+    )
+    errors = [f"config.{path}={value!r}: {field} {why}" for path, value, bad, why in conflicts if bad]
+    try:  # traced on shapes: nothing compiles
+        jax.eval_shape(lambda x: preference.dpo_loss(x, x, x, x, beta=p.beta, kind=p.kind,
+                                                     label_smoothing=p.label_smoothing), jnp.zeros((1,)))
+    except ValueError as e:
+        errors.append(f"config.preference.{e}")
     return errors
 
 
@@ -551,6 +588,7 @@ CHECKS = (
     (_reward_range_errors, ()),
     (_control_errors, ()),
     (_off_policy_errors, ("rl",)),
+    (_preference_errors, ("rl", "preference")),
     (_critic_errors, ()),
     (_tree_errors, ("rl", "tree", "selection")),
     (_reward_model_errors, ()),

@@ -1,6 +1,7 @@
 """Preference objectives: the Bradley–Terry reward-model loss, DPO / cDPO / robust DPO / IPO, sequence
-log-probs, and best-vs-worst pairs from a GRPO group. Kernels only; not yet wired into the training loop,
-the registry or the config.
+log-probs, and best-vs-worst pairs from a GRPO group. Kernels only (not in the registry): the outcome reward model
+trains with `bradley_terry_loss`, and online DPO (`config.preference.loss`, `rl4llm.train.preference_step`) runs
+`dpo_loss` on `pairs_from_groups`' pairs.
 
 Conventions (TRL's where the papers leave a choice; sources: `huggingface/trl` `trl/trainer/dpo_config.py`,
 `docs/source/dpo_trainer.md`, and the `DPOTrainer.dpo_loss` / `RewardTrainer.compute_loss` bodies):

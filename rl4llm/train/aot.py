@@ -28,6 +28,7 @@ import ml_collections
 from rl4llm import models
 from rl4llm import sampling
 from rl4llm import config as config_lib
+from rl4llm.config import validation as config_validation
 from rl4llm.parallel import layout as layout_lib
 from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.parallel import rules as rules_lib
@@ -123,6 +124,7 @@ def learner_batch(config, rows: int, prompt_len: int, sharding) -> learner_lib.L
     f32 = lambda shape: SDS(shape, jnp.float32, sharding=sharding)  # noqa: E731
     tokens = SDS((rows, prompt_len + t), jnp.int32, sharding=sharding)
     loss_inputs = registry.policy_loss_inputs(rl.loss)
+    pairwise = config_validation.uses_pairwise_objective(config)  # online DPO's rewards and groups
     return learner_lib.LearnerBatch(
         tokens=tokens, attention_mask=tokens, completion_mask=f32((rows, t)), advantages=f32((rows, t)),
         old_logp=f32((rows, t)), sampler_logp=f32((rows, t)),
@@ -130,6 +132,8 @@ def learner_batch(config, rows: int, prompt_len: int, sharding) -> learner_lib.L
         proxy_logp=f32((rows, t)) if "proxy_logp" in loss_inputs else None,
         target_advantages=f32((rows,)) if "target_advantages" in loss_inputs else None,
         off_policy_mask=f32((rows, t)) if "off_policy_mask" in loss_inputs else None,
+        scores=f32((rows,)) if pairwise else None,
+        group_ids=SDS((rows,), jnp.int32, sharding=sharding) if pairwise else None,
     )
 
 

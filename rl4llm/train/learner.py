@@ -1,14 +1,14 @@
 """The learner: one jitted, donated step `(state, batch) -> (state, metrics)`.
 
-The step recomputes the completion log-probs (and entropies) under the current params, the
-reference log-probs when KL is on, evaluates the configured policy loss from `rl4llm.rl` (by
-name) with optional per-token weights (truncated IS against the sampler, a token-selection mask),
-adds the KL and entropy terms (fixed coefficients, or adaptive ones carried in the TrainState),
-applies one optax update, and logs whole-batch token statistics (entropy percentiles, Cov(logp, A)). Gradient accumulation over
-micro-batches is a `lax.scan` inside the step; the loss of every term is aggregated with
-whole-batch weights (`rl.aggregation.aggregation_weights`), and losses that select or weight
-tokens by batch statistics get those of the whole minibatch (`minibatch_token_stats`), so the
-update does not depend on the micro-batch size (nor on how the batch is sharded across devices).
+The step recomputes the completion log-probs (and entropies) under the current params, the reference log-probs
+when KL is on, evaluates the configured policy loss from `rl4llm.rl` (by name) with optional per-token weights
+(truncated IS against the sampler, a token-selection mask), or a pairwise objective in its place (online DPO:
+`preference_step`), adds the KL and entropy terms (fixed coefficients, or adaptive ones carried in the TrainState),
+applies one optax update, and logs whole-batch token statistics (entropy percentiles, Cov(logp, A)). Gradient
+accumulation over micro-batches is a `lax.scan` inside the step; the loss of every term is aggregated with
+whole-batch weights (`rl.aggregation.aggregation_weights`), and losses that select or weight tokens by batch
+statistics (or pair rows) get those of the whole minibatch (`minibatch_token_stats`, `preference_step.pair_terms`),
+so the update does not depend on the micro-batch size (nor on how the batch is sharded across devices).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from rl4llm.rl import registry
 from rl4llm.train import logprobs as logprobs_lib
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import optim
+from rl4llm.train import preference_step
 from rl4llm.train import token_weights
 from rl4llm.train.companions import epo as epo_lib
 
@@ -71,6 +72,8 @@ class LearnerBatch(flax.struct.PyTreeNode):
     target_advantages: Any = None  # [N] float32 GBPO targets (losses that declare target_advantages)
     turn_id: Any = None  # [N, T] int32 turn index of each completion token, -1 elsewhere (multi-turn batches: EPO)
     off_policy_mask: Any = None  # [N, T] float32 1 on off-policy trace tokens (losses that declare off_policy_mask)
+    scores: Any = None  # [N] float32 rewards and group_ids [N] int32: a pairwise objective's pairs (preference_step)
+    group_ids: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +96,7 @@ class LearnerConfig:
     epo: tuple = ()  # EPO's settings (train.companions.epo.learner_settings); (): no EPO term
     agg_norm_length: float = 0.0  # C of "seq-mean-token-sum-norm" (Dr.GRPO's run constant); 0: the padded length
     prompt_group: int = 1  # > 1: rows in groups of this many share a prompt, forwarded once (completion_hidden)
+    preference: Any = None  # a pairwise objective replacing `loss` (preference_step.PreferenceSettings), or None
 
 
 # LearnerBatch fields forwarded to the policy loss when they are set.
@@ -102,9 +106,8 @@ _OPTIONAL_LOSS_INPUTS = ("proxy_logp", "target_advantages", "off_policy_mask")
 def coefficients(cfg: LearnerConfig, state: TrainState) -> tuple:
     """(KL-in-loss coefficient, entropy coefficient) of this update; None where the term is off.
 
-    Adaptive coefficients come from the state (they change between steps without recompiling);
-    fixed ones from the config. The KL term is on iff `cfg.kl_coef > 0`; the entropy term iff the
-    coefficient is adaptive or `cfg.entropy_coef != 0` (a negative one minimises entropy).
+    Adaptive coefficients come from the state (they change between steps without recompiling), fixed ones from the
+    config. KL is on iff `cfg.kl_coef > 0`; entropy iff its coefficient is adaptive or nonzero (negative: minimised).
     """
     kl_coef = None if cfg.kl_coef <= 0 else (cfg.kl_coef if state.extra("kl_coef") is None else state.extra("kl_coef"))
     entropy_coef = state.extra("entropy_coef")
@@ -192,29 +195,20 @@ def _microbatch_loss(
     hidden states as the log-probs (one decoder forward), added to the policy loss (`HeadLoss`).
     `epo`: the state's `train.companions.epo.EPOState` (read when `cfg.epo` is set)."""
     completion_len = mb.completion_mask.shape[1]
-    hidden = models.completion_hidden(model_cfg, params, mb.tokens, mb.attention_mask, completion_len,
-                                      cfg.prompt_group)  # [m, T, E]
+    hidden = models.completion_hidden(model_cfg, params, mb.tokens, mb.attention_mask, completion_len, cfg.prompt_group)
     logp, entropy = logprobs_lib.logprobs_from_hidden(model_cfg, params, hidden, mb.tokens[:, -completion_len:],
                                                       **_logprob_options(cfg))
     old_logp = mb.old_logp if cfg.use_old_logp else jax.lax.stop_gradient(logp)
     is_weights = token_weights.policy_is_weights(cfg, old_logp, mb)
-    extras = {name: getattr(mb, name) for name in _OPTIONAL_LOSS_INPUTS if getattr(mb, name) is not None}
-    if token_stats is not None:
-        extras["token_stats"] = token_stats
-    policy_loss = registry.get_policy_loss(cfg.loss)
-    loss, loss_metrics = policy_loss(
-        logp,
-        old_logp,
-        mb.advantages,
-        mb.completion_mask,
-        agg_mode=registry.agg_mode_for(cfg.loss, cfg.agg_mode),
-        agg_weights=agg_weights,
-        is_weights=is_weights,
-        key=key,
-        entropy=jax.lax.stop_gradient(entropy),
-        **extras,
-        **dict(cfg.loss_kwargs),
-    )
+    if cfg.preference:  # `token_stats`: the rows' PairTerms; the pair loss's metrics are whole-minibatch ones
+        loss, loss_metrics = preference_step.surrogate_loss(cfg.preference, logp, mb.completion_mask, token_stats), {}
+    else:
+        extras = {name: getattr(mb, name) for name in _OPTIONAL_LOSS_INPUTS if getattr(mb, name) is not None}
+        extras.update({} if token_stats is None else {"token_stats": token_stats})
+        loss, loss_metrics = registry.get_policy_loss(cfg.loss)(
+            logp, old_logp, mb.advantages, mb.completion_mask, agg_mode=registry.agg_mode_for(cfg.loss, cfg.agg_mode),
+            agg_weights=agg_weights, is_weights=is_weights, key=key, entropy=jax.lax.stop_gradient(entropy),
+            **extras, **dict(cfg.loss_kwargs))
     mask = mb.completion_mask
     sums = {"pg_loss": loss, "entropy": jnp.sum(entropy * mask)}
     if is_weights is not None:
@@ -256,6 +250,7 @@ class PolicyGradients(NamedTuple):
     entropy: jax.Array  # [N, T] without gradient
     head_grads: Any = None  # of HeadLoss.params (None without a head loss)
     head_sums: Any = None  # the head loss's summed metrics
+    pair_metrics: Any = None  # a pairwise objective's whole-minibatch metrics (preference_step.pair_terms)
 
 
 def policy_gradients(model_cfg, cfg: LearnerConfig, state: TrainState, batch: LearnerBatch, key: jax.Array,
@@ -293,7 +288,12 @@ def policy_gradients(model_cfg, cfg: LearnerConfig, state: TrainState, batch: Le
     agg_mode = registry.agg_mode_for(cfg.loss, cfg.agg_mode)
     agg_weights = aggregation.aggregation_weights(batch.completion_mask, agg_mode,
                                                   norm_length=cfg.agg_norm_length or None)
-    token_stats = minibatch_token_stats(model_cfg, cfg, state.params, batch, key)
+    if cfg.preference:  # a pair loss: its rows' terms (as token_stats) and metrics, from the whole minibatch
+        logprob_fn = _logprob_fn(model_cfg, cfg, batch.completion_mask.shape[1])
+        token_stats, pair_metrics = preference_step.pair_terms(cfg.preference, logprob_fn, cfg.micro_batch_size,
+                                                               state.params, ref_params, batch)
+    else:
+        token_stats, pair_metrics = minibatch_token_stats(model_cfg, cfg, state.params, batch, key), None
     xs = optim.split_microbatches((batch, agg_weights, token_stats, head_batch), cfg.micro_batch_size)
     first = jax.tree.map(lambda x: x[0], xs)
 
@@ -305,7 +305,7 @@ def policy_gradients(model_cfg, cfg: LearnerConfig, state: TrainState, batch: Le
     init = (jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), added_shape), metrics_lib.no_extremes(extremes_shape))
     ((grads, head_grads, sums, head_sums), extremes), (logp, entropy) = optim.accumulate(part, init, xs, combine)
     unsplit = lambda x: x.reshape(batch.completion_mask.shape)  # noqa: E731
-    return PolicyGradients(grads, sums, extremes, unsplit(logp), unsplit(entropy), head_grads, head_sums)
+    return PolicyGradients(grads, sums, extremes, unsplit(logp), unsplit(entropy), head_grads, head_sums, pair_metrics)
 
 
 def apply_policy_gradients(optimizer: optax.GradientTransformation, state: TrainState, batch: LearnerBatch,
@@ -319,7 +319,7 @@ def apply_policy_gradients(optimizer: optax.GradientTransformation, state: Train
     if "kl_loss" in sums:
         metrics["loss/kl"] = sums.pop("kl_loss")
     metrics.update({k.removesuffix("_tokensum"): v / tokens for k, v in sums.items()})
-    metrics.update(pg.extremes)
+    metrics.update({**pg.extremes, **(pg.pair_metrics or {})})
     metrics.update(metrics_lib.token_statistics(pg.logp, pg.entropy, batch.advantages, batch.completion_mask))
     state = state.replace(params=params, opt_state=opt_state)
     if state.extra("epo") is not None:  # EPO: this update's entropies join the per-turn history of the next updates

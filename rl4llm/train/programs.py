@@ -15,6 +15,7 @@ from rl4llm.rl import registry
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import logprobs as logprobs_lib
 from rl4llm.train import optim
+from rl4llm.train import preference_step
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import epo as epo_lib
 from rl4llm.train.companions import prime as prime_lib
@@ -43,6 +44,7 @@ def learner_config(config) -> learner_lib.LearnerConfig:
         epo=epo_lib.learner_settings(config),
         agg_norm_length=config_lib.agg_norm_length(config),
         prompt_group=config_lib.shared_prompt_group(config),
+        preference=preference_step.settings(config),
     )
 
 

@@ -55,9 +55,11 @@ def evaluate(config, setup: Setup, params, key) -> dict:
 
 def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advantages):
     """The step's LearnerBatch [N, ...]: PPO's old log-probs (the behaviour pass with several updates per step, else
-    the sampler's), the forking-token mask (80/20), Lp-Reg's proxy log-probs, GBPO's targets and the off-policy
-    traces' token mask (losses taking off_policy_mask) when configured."""
+    the sampler's), the forking-token mask (80/20), Lp-Reg's proxy log-probs, GBPO's targets, the off-policy
+    traces' token mask (losses taking off_policy_mask) and the rewards and groups a pairwise objective pairs by
+    when configured."""
     rl = config.rl
+    pairwise = config_lib.uses_pairwise_objective(config)
     behaviour, loss_inputs = data.behaviour, registry.policy_loss_inputs(rl.loss)
     return learner_lib.LearnerBatch(
         tokens=data.tokens,
@@ -80,6 +82,8 @@ def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advant
         off_policy_mask=(
             data.mask * jnp.asarray(data.off_policy, jnp.float32)[:, None] if "off_policy_mask" in loss_inputs else None
         ),
+        scores=jnp.asarray(data.scores, jnp.float32) if pairwise else None,
+        group_ids=jnp.asarray(data.group_ids, jnp.int32) if pairwise else None,
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from rl4llm.config import validation as config_lib
 from rl4llm.models import lora
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import setup as setup_lib
@@ -21,13 +22,14 @@ COMPANIONS = (critic_lib, prime_lib, epo_lib, controllers)
 
 def init_rl_state(config, init_params, optimizer, key) -> learner_lib.TrainState:
     """The policy's part of the RL stage's initial TrainState: params, optimizer state, the reference copy when KL is
-    on, the key; no extras (the companions', `init_companions`)."""
+    on or a pairwise objective (online DPO) needs it, the key; no extras (the companions', `init_companions`)."""
     rl = config.rl
+    uses_reference = rl.kl_coef > 0 or config_lib.uses_pairwise_objective(config)
     return learner_lib.TrainState(
         params=init_params,
         opt_state=optimizer.init(lora.trainable(init_params)),
         # LoRA: the reference is the frozen base with adapters off (learner.reference_params), no copy.
-        ref_params=jax.tree.map(jnp.copy, init_params) if rl.kl_coef > 0 and not lora.has_adapters(init_params) else None,
+        ref_params=jax.tree.map(jnp.copy, init_params) if uses_reference and not lora.has_adapters(init_params) else None,
         key=jax.random.key_data(jax.random.fold_in(key, 1)),
     )
 
