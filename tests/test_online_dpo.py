@@ -118,11 +118,12 @@ def test_micro_batched_gradient_equals_whole_batch_and_direct_gradient(params, k
 
     direct_value, direct_grads = jax.value_and_grad(direct_loss)(params)
     np.testing.assert_allclose(whole.sums["pg_loss"], direct_value, rtol=1e-5)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7), whole.grads, direct_grads)
+    # atol: float32 rounding of gradients whose largest entries are ~1 (a 4e-4 entry may differ by 1.6e-7)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), whole.grads, direct_grads)
     for micro in (1, 2, 4):
         part = _policy_gradients(_learner_cfg(micro, **settings), state, batch)
         np.testing.assert_allclose(part.sums["pg_loss"], whole.sums["pg_loss"], rtol=1e-5)
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7), part.grads, whole.grads)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), part.grads, whole.grads)
         assert part.pair_metrics.keys() == whole.pair_metrics.keys()
 
 

@@ -447,6 +447,8 @@ def _tree_errors(config) -> list[str]:
     if rl.off_policy_traces:
         errors.append(f"config.tree.enabled=True: config.rl.off_policy_traces={rl.off_policy_traces} would add rows "
                       "outside the tree; set it to 0")
+    return errors
+
 
 def uses_pairwise_objective(config) -> bool:
     """Whether a pairwise preference loss (`config.preference.loss`, online DPO) replaces `rl.loss`; it needs the
