@@ -491,3 +491,30 @@ def test_canon_runs_from_its_config_on_each_responses_mean_entropy(tmp_path, mon
     job.run(config, str(tmp_path / "run"))
     (record,) = metrics_lib.read_metrics(str(tmp_path / "run"), "rl")
     assert np.isfinite(record["loss/pg"]) and record["useful_frac"] > 0, record
+
+
+def test_shared_prompt_rows_are_checked_and_the_group_is_chosen_by_the_config():
+    """The shared-prompt learner's precondition: whole consecutive groups of G rows with one prompt, or an error."""
+    import types
+    from rl4llm.config import validation
+    from rl4llm.train import rollouts
+    prompts = np.array([[0, 5, 6], [0, 5, 6], [7, 8, 9], [7, 8, 9]])
+    mask = prompts > 0
+    rows = types.SimpleNamespace(prompt_tokens=prompts, prompt_mask=mask)
+    rollouts.check_prompt_groups(rows, np.array([0, 0, 1, 1]), 2)
+    rollouts.check_prompt_groups(rows, np.array([0, 1, 0, 1]), 1)  # per-row learner: nothing to check
+    bad_tokens = types.SimpleNamespace(prompt_tokens=prompts[[0, 2, 1, 3]], prompt_mask=mask)
+    bad_mask = types.SimpleNamespace(prompt_tokens=prompts, prompt_mask=np.array([[0, 1, 1], [1, 1, 1], [1, 1, 1],
+                                                                                 [1, 1, 1]], bool))
+    for bad_rows, group_ids in ((bad_tokens, [0, 0, 1, 1]), (bad_mask, [0, 0, 1, 1]), (rows, [0, 1, 1, 1]),
+                                (rows, [0, 0, 1])):
+        with pytest.raises(ValueError, match="shared_prompt_forward"):
+            rollouts.check_prompt_groups(bad_rows, np.array(group_ids), 2)
+    run = config_lib.parse(default.get_config())
+    assert validation.shared_prompt_group(run) == run.rl.num_generations == 16
+    for field, value in (("rl.shared_prompt_forward", False), ("rl.num_minibatches", 2), ("model.remat", "full"),
+                         ("selection.hints", True), ("rl.micro_batch_size", 8)):
+        c = default.get_config()
+        section, name = field.split(".")
+        setattr(c[section], name, value)
+        assert validation.shared_prompt_group(config_lib.parse(c)) == 1, field

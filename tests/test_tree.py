@@ -8,13 +8,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.flatten_util import ravel_pytree
 
-from rl4llm.models import ModelConfig, apply, init_params, positions_from_mask
+from rl4llm.models import apply, positions_from_mask
 from rl4llm.rl import advantages, registry
 from rl4llm.rl import tree as tree_lib
 from rl4llm.sampling import SamplingConfig, generate, pad_prompts
 from rl4llm.sampling.tree import TreeShape, generate_tree, node_ids
+from tests.test_sampling import CFG, params  # the perturbed model the sampler tests use
 
 treerl = jax.jit(tree_lib.treerl, static_argnames="num_groups")
 
@@ -186,17 +186,8 @@ def test_kernel_with_sampler_encoding_matches_the_official_tree(seed):
 # ----------------------------------------------------------------------------------------------------------------
 # The EPTree sampler
 
-CFG = ModelConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
-                  intermediate_size=64, qk_norm=True)
 T = 8
 STOPPING = SamplingConfig(max_new_tokens=T, temperature=1.0, stop_token_ids=tuple(range(0, 50, 7)), pad_id=49)
-
-
-@functools.cache
-def params():
-    """Perturbed init so next-token distributions are far from uniform (as tests/test_sampling.py)."""
-    flat, unravel = ravel_pytree(init_params(CFG, jax.random.key(0)))
-    return unravel(flat + 0.5 * jax.random.normal(jax.random.key(1), flat.shape))
 
 
 @functools.cache

@@ -166,6 +166,22 @@ def tree_metrics(tokens: np.ndarray, mask: np.ndarray, parent: np.ndarray, fork:
     }
 
 
+def check_prompt_groups(rows: prompt_selection.Rows, group_ids: np.ndarray, prompt_group: int) -> None:
+    """With a shared-prompt learner (`prompt_group` = G > 1, `config.validation.shared_prompt_group`), the rows
+    must be consecutive groups of G with one prompt each; anything else is a bug upstream, and an error here."""
+    if prompt_group == 1:
+        return
+    whole = len(group_ids) % prompt_group == 0 and len(rows.prompt_tokens) == len(group_ids)
+    groups = np.asarray(group_ids).reshape(-1, prompt_group) if whole else None
+    same = whole and (groups == groups[:, :1]).all() and all(  # host arrays, before the rollout goes to the device
+        (x.reshape(groups.shape[0], prompt_group, -1) == x[::prompt_group, None]).all()
+        for x in (rows.prompt_tokens, rows.prompt_mask))
+    if not same:
+        raise ValueError(f"the learner forwards each group's prompt once (rl.shared_prompt_forward), but this batch "
+                         f"is not consecutive groups of {prompt_group} rows sharing a prompt; set "
+                         f"--config.rl.shared_prompt_forward=False and report the config.")
+
+
 def rollout_and_score(config, setup: Setup, params, step: int, key, selection_state=None):
     """The step's rollouts under `config.selection` (`prompt_selection.Selector.collect`: uniform prompts with G
     completions each by default), scored on the host.
@@ -176,6 +192,7 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
     generate = functools.partial(generate_rows, config, setup, params)
     collected, selection_state = setup.selector.collect(selection_state, step, key, generate)
     rows = collected.rows
+    check_prompt_groups(rows, collected.group_ids, config_lib.shared_prompt_group(config))
     rollout = sampling.Rollout(
         prompt_tokens=jnp.asarray(rows.prompt_tokens),
         prompt_mask=jnp.asarray(rows.prompt_mask),

@@ -11,7 +11,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from rl4llm import models
 from rl4llm.config import validation as config_lib
@@ -87,20 +86,6 @@ def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advant
     )
 
 
-def check_prompt_groups(rollout, group_ids, prompt_group: int) -> None:
-    """With a shared-prompt learner (`prompt_group` = G > 1, `config.validation.shared_prompt_group`), the rows
-    must be consecutive groups of G with one prompt each; anything else is a bug upstream, and an error here."""
-    if prompt_group == 1:
-        return
-    tokens, mask = np.asarray(rollout.prompt_tokens), np.asarray(rollout.prompt_mask)
-    groups = np.asarray(group_ids).reshape(-1, prompt_group)
-    same = [(x.reshape(groups.shape[0], prompt_group, -1) == x[::prompt_group, None]).all() for x in (tokens, mask)]
-    if len(group_ids) % prompt_group or not (groups == groups[:, :1]).all() or not all(same):
-        raise ValueError(f"the learner forwards each group's prompt once (rl.shared_prompt_forward), but this batch "
-                         f"is not consecutive groups of {prompt_group} rows sharing a prompt; set "
-                         f"--config.rl.shared_prompt_forward=False and report the config.")
-
-
 def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
             params_version: int | None = None) -> RolloutBatch:
     """The learner's inputs of RL step `step`: the scored rollout (`rollouts.rollout_and_score`) of the prompts the
@@ -113,7 +98,6 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
     t0 = time.time()
     rollout, scores, components, group_ids, off_policy, tree_nodes, host_metrics, selection = (
         rollouts.rollout_and_score(config, setup, state.params, step, step_key, selection))
-    check_prompt_groups(rollout, group_ids, config_lib.shared_prompt_group(config))
     mask = rollout.completion_mask.astype(jnp.float32)
     tokens, attention_mask = batches.join_sequences(
         rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens, rollout.completion_mask
