@@ -79,6 +79,7 @@ from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.rl import registry
 from rl4llm.rl import advantages as advantages_lib
 from rl4llm.train import batches
+from rl4llm.train import host_memory
 from rl4llm.train import learner
 from rl4llm.train import optim
 from rl4llm.train.companions import critic as critic_lib
@@ -495,6 +496,7 @@ def table(record: dict) -> str:
 
 def main(argv):
     del argv
+    host_memory.reuse_freed_memory()  # before JAX starts its threads
     if _WORKLOAD.value in REWARD_WORKLOADS:
         record = reward_throughput(_REWARD_COMPLETIONS.value, _REWARD_WORKERS.value, _SEED.value)
         print(json.dumps(record), flush=True)

@@ -17,6 +17,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from rl4llm.train import host_memory
 from rl4llm.train import runs
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A run's workdir (written by experiments/train.py).", required=True)
@@ -30,6 +31,7 @@ _SEED = flags.DEFINE_integer("eval_seed", None, "Evaluation key key(eval_seed) (
 
 def main(argv):
     del argv
+    host_memory.reuse_freed_memory()  # before JAX starts its threads
     try:
         ks = [int(k) for k in _K.value]
     except ValueError:

@@ -269,6 +269,9 @@ def _pending(study_name: str, root: str, arms, seeds) -> list[tuple[str, int]]:
 
 def main(argv):
     del argv
+    from rl4llm.train import host_memory
+
+    host_memory.reuse_freed_memory()  # before JAX starts its threads
     study = STUDIES[_STUDY.value]
     root = _ROOT.value
     if _JOB.value:

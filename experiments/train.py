@@ -27,6 +27,9 @@ _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rl4llm/default", "Where checkpoi
 
 def main(argv):
     del argv
+    from rl4llm.train import host_memory
+
+    host_memory.reuse_freed_memory()  # before JAX starts its threads
     # after flag parsing: absl logs go to stderr
     from rl4llm import config as config_lib
     from rl4llm.parallel import distributed

@@ -28,6 +28,9 @@ _WORKDIR = flags.DEFINE_string("workdir", "/tmp/rl4llm/rm", "Where the reward mo
 
 def main(argv):
     del argv
+    from rl4llm.train import host_memory
+
+    host_memory.reuse_freed_memory()  # before JAX starts its threads
     from rl4llm import config as config_lib
     from rl4llm.train import checkpointing
     from rl4llm.train import reward_model_job
