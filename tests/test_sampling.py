@@ -23,6 +23,7 @@ from rl4llm.models import (
 from rl4llm.sampling import (
     SamplingConfig,
     bucket_length,
+    categorical_by_blocks,
     entropy_temperature,
     filter_min_p,
     filter_top_k,
@@ -172,6 +173,38 @@ def test_sample_tokens_follows_the_distribution():
     draw = jax.vmap(lambda k: sample_tokens(logits, k, SamplingConfig(max_new_tokens=1))[0][0])
     freq = np.bincount(np.asarray(draw(keys)), minlength=4) / n
     np.testing.assert_allclose(freq, [0.5, 0.3, 0.15, 0.05], atol=0.015)
+
+
+def _draw_frequencies(logits, n, seed=0):
+    keys = jax.random.split(jax.random.key(seed), n)
+    draws = np.asarray(jax.jit(jax.vmap(lambda k: categorical_by_blocks(k, logits)[0]))(keys))
+    return np.bincount(draws, minlength=logits.shape[1]) / n, draws
+
+
+def test_categorical_by_blocks_follows_softmax_across_blocks_and_masks():
+    # V = 70: blocks of 16 (the last one 6 real entries + 10 padding); block 2 (entries 32-47) masked whole, single
+    # -inf entries elsewhere, and one dominant entry, so the block CDF and the in-block draws both matter.
+    logits = np.asarray(jax.random.normal(jax.random.key(1), (70,))) * 1.5
+    logits[32:48] = -np.inf
+    logits[[3, 50, 69]] = -np.inf
+    logits[20] = 4.0
+    logits = jnp.asarray(logits)[None]
+    n = 200_000
+    freq, draws = _draw_frequencies(logits, n)
+    p = np.asarray(jax.nn.softmax(logits[0]))
+    assert draws.min() >= 0 and draws.max() < 70  # never the padding
+    assert freq[~np.isfinite(np.asarray(logits[0]))].sum() == 0.0  # never a masked entry, nor the masked block
+    # each frequency within 5 binomial standard deviations of softmax
+    np.testing.assert_array_less(np.abs(freq - p), 5 * np.sqrt(p * (1 - p) / n) + 1e-12)
+
+
+def test_categorical_by_blocks_single_block_and_ties():
+    # V <= 64 is one block (plain Gumbel-max); equal logits are drawn equally often.
+    freq, _ = _draw_frequencies(jnp.zeros((1, 5)), 50_000, seed=2)
+    np.testing.assert_allclose(freq, 0.2, atol=0.01)
+    logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]]))
+    assert categorical_by_blocks(jax.random.key(3), logits) == jax.jit(categorical_by_blocks)(
+        jax.random.key(3), logits)
 
 
 def test_filters():

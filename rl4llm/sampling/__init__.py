@@ -3,6 +3,7 @@ from rl4llm.sampling.sampler import (
     Rollout,
     SamplingConfig,
     bucket_length,
+    categorical_by_blocks,
     entropy_temperature,
     filter_min_p,
     filter_top_k,
@@ -13,6 +14,6 @@ from rl4llm.sampling.sampler import (
 )
 
 __all__ = [
-    "Rollout", "SamplingConfig", "bucket_length", "entropy_temperature", "filter_min_p", "filter_top_k",
-    "filter_top_p", "generate", "pad_prompts", "sample_tokens",
+    "Rollout", "SamplingConfig", "bucket_length", "categorical_by_blocks", "entropy_temperature", "filter_min_p",
+    "filter_top_k", "filter_top_p", "generate", "pad_prompts", "sample_tokens",
 ]

