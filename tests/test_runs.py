@@ -3,6 +3,8 @@
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -108,3 +110,20 @@ def test_checkpoint_restore_entry_reads_one_entry_and_names_mismatches(tmp_path)
     ckpt.close()
     assert runs.checkpoint_steps(str(tmp_path), "rl") == [5]
     assert runs.resolve_checkpoint(str(tmp_path)) == ("rl", 5)
+
+
+def test_metrics_writer_writes_tensorboard_events_without_importing_torch(tmp_path):
+    # tensorboardX imports torch when it is installed (the test extra has it): the writer hides it (5 s per start).
+    program = f"""
+import glob, sys
+from rl4llm.train import metrics
+writer = metrics.MetricsWriter({str(tmp_path)!r})
+writer.write("rl", 3, {{"reward": 0.5}}, console=False)
+writer.close()
+events = glob.glob({str(tmp_path / "tensorboard" / "events.*")!r})
+print("torch" in sys.modules, len(events))
+import torch  # still importable afterwards
+"""
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "1"]
+    assert b"rl/reward" in open(next((tmp_path / "tensorboard").glob("events.*")), "rb").read()

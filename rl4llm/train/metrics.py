@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 
 import jax.numpy as jnp
 import numpy as np
-from tensorboardX import SummaryWriter
 
 from rl4llm.rl import aggregation
 from rl4llm.train import progress as progress_lib
@@ -67,13 +67,29 @@ def _to_python(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
+def _summary_writer_class():
+    """tensorboardX's SummaryWriter, imported with torch hidden. When torch is installed (the test extra installs
+    it), tensorboardX imports it only to accept torch tensors: about 5 s and 150 MB at every start of a binary.
+    rl4llm passes floats. Setting `sys.modules["torch"] = None` makes `import torch` raise ImportError, which
+    tensorboardX tolerates; the entry is removed afterwards, so later `import torch` works as usual."""
+    if "torch" not in sys.modules and "tensorboardX" not in sys.modules:
+        sys.modules["torch"] = None
+        try:
+            from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+        finally:
+            del sys.modules["torch"]
+    from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel,reimported
+
+    return SummaryWriter
+
+
 class MetricsWriter:
     """Writes metrics of a run to `<workdir>/metrics.jsonl` and `<workdir>/tensorboard/`."""
 
     def __init__(self, workdir: str):
         os.makedirs(workdir, exist_ok=True)
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
-        self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+        self._tb = _summary_writer_class()(os.path.join(workdir, "tensorboard"))
 
     def write(self, stage: str, step: int, metrics: dict, *, console: bool = True,
               progress: progress_lib.StageProgress | None = None) -> None:
