@@ -273,7 +273,7 @@ class Selection:
     """Prompt selection, replay, rollout allocation, hints, curriculum (rl4llm.data.selection and neighbours)."""
 
     method: str = param("uniform", "uniform | dynamic_sampling (DAPO) | accuracy_band (PRIME) | dots | bots | knapsack "
-                        "| adaptive_difficulty (RLVE)", OneOf(selection_lib.METHODS))
+                        "| adaptive_difficulty (RLVE) | std_filter (StarPO-S)", OneOf(selection_lib.METHODS))
     max_gen_rounds: int = param(3, "dynamic_sampling / accuracy_band: generation rounds per step", AtLeast(1))
     acc_low: float = param(0.2, "accuracy_band: keep groups with acc_low <= mean correctness", Between(0.0, 1.0))
     acc_high: float = param(0.8, "accuracy_band: ... <= acc_high", Between(0.0, 1.0))
@@ -307,6 +307,9 @@ class Selection:
                                         AtLeast(1))
     difficulty_threshold: float = param(0.9, "adaptive_difficulty: h rises when level h's accuracy >= this (RLVE: 0.9)",
                                         Between(0.0, 1.0))
+    std_filter_ratio: float = param(0.25, "std_filter: roll out num_prompts / ratio groups, train on the num_prompts "
+                                    "of largest reward std (RAGEN rollout_filter_ratio: 0.25)",
+                                    Between(0.0, 1.0, low_open=True))
 
 
 @_section
