@@ -48,6 +48,7 @@ RECIPES = (
     "treerl",
     "online_dpo",
     "starpo_s",
+    "scaler",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -80,6 +81,8 @@ MECHANISMS = {
     "online_dpo": ("dpo/valid_pair_frac", "dpo/loss"),
     # groups were dropped, and the kept ones had reward spread (the parity reward's odd-answer groups)
     "starpo_s": ("selection/dropped_groups", "selection/chosen_in_group_std"),
+    # the parity reward is ~75 % right, so d rises from 0 by 2 x (0.75 - 0.5) per step
+    "scaler": ("selection/difficulty_level", "selection/difficulty_step"),
 }
 
 

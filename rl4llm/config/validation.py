@@ -343,15 +343,15 @@ def _selection_errors(config) -> list[str]:
                 f"config.selection.curriculum_steps={sel.curriculum_steps}: the curriculum schedules the arithmetic "
                 f"task (config.task.name={config.task.name!r}); set it to 0"
             )
-        if method in selection_lib.POOL_METHODS or method == "adaptive_difficulty":
+        if method in selection_lib.POOL_METHODS or method in selection_lib.LEVEL_METHODS:
             errors.append(
                 f"config.selection.curriculum_steps={sel.curriculum_steps}: method {method!r} chooses its own "
                 "problems; the curriculum works with uniform, dynamic_sampling and accuracy_band"
             )
-    if method == "adaptive_difficulty":
+    if method in selection_lib.LEVEL_METHODS:
         if config.task.name not in difficulty.LADDERS:
             errors.append(
-                f"config.selection.method='adaptive_difficulty': task {config.task.name!r} has no difficulty ladder "
+                f"config.selection.method={method!r}: task {config.task.name!r} has no difficulty ladder "
                 f"(rl4llm.data.difficulty.LADDERS: {', '.join(difficulty.LADDERS)})"
             )
         if sel.difficulty_initial > sel.difficulty_max:

@@ -41,10 +41,12 @@ import flax
 import numpy as np
 
 METHODS = ("uniform", "dynamic_sampling", "accuracy_band", "dots", "bots", "knapsack", "adaptive_difficulty",
-           "std_filter")
+           "std_filter", "scaler")
 # Methods that refill the batch over several generation rounds, and those that select from the prompt pool.
 REFILL_METHODS = ("dynamic_sampling", "accuracy_band")
 POOL_METHODS = ("dots", "bots", "knapsack")
+# Methods that draw problems at difficulty levels of the task's ladder (rl4llm.data.difficulty).
+LEVEL_METHODS = ("adaptive_difficulty", "scaler")
 
 # SeedSequence prefixes of the selection's random streams (distinct from the tasks' ones).
 _SELECT_STREAM = 0x5E1

@@ -2,11 +2,11 @@
 `replay`, `allocation`, `curriculum`).
 
 `Selector.collect` decides which prompts are rolled out (uniform stream, curriculum stage, refill rounds, the
-DOTS / BOTS / uniform pool draw, Knapsack rollout counts; `curricula`: RLVE's difficulty levels, StarPO-S's
-variance filter), calls the trainer's
-`generate(prompts, answers, counts, key, prefixes) -> Rows` for each generation round, regenerates all-fail groups
-with hints, mixes in replayed groups, and returns the step's training rows (N = num_prompts x num_generations) with
-the updated selection state (`SelectionState`, `DifficultyState` or None) and the step's selection metrics.
+DOTS / BOTS / uniform pool draw, Knapsack rollout counts; `curricula`: RLVE's and SCALER's difficulty levels,
+StarPO-S's variance filter), calls the trainer's `generate(prompts, answers, counts, key, prefixes) -> Rows` for
+each generation round, regenerates all-fail groups with hints, mixes in replayed groups, and returns the step's
+training rows (N = num_prompts x num_generations) with the updated selection state (`SelectionState`,
+`DifficultyState`, `ScalerState` or None) and the step's selection metrics.
 Everything it draws comes from the step key (generation) and `selection.rng(seed, step, ·)` (choices), so a resumed
 run selects what the uninterrupted run would have.
 
@@ -82,11 +82,13 @@ class Selector:
 
     # ------------------------------------------------------------------------------------------ state
 
-    def init_state(self) -> selection_lib.SelectionState | difficulty.DifficultyState | None:
+    def init_state(self) -> selection_lib.SelectionState | difficulty.DifficultyState | difficulty.ScalerState | None:
         """The fresh selection state: per-prompt statistics (pool methods), the difficulty controller's
-        (`adaptive_difficulty`), or None."""
+        (`adaptive_difficulty`, `scaler`), or None."""
         if self.method == "adaptive_difficulty":
             return difficulty.init_state(self.sel.difficulty_initial)
+        if self.method == "scaler":
+            return difficulty.init_scaler_state(self.sel.difficulty_initial)
         if self.pool is None:
             return None
         buf = None
