@@ -1,5 +1,6 @@
-"""Curricula and group filters (rl4llm.train.curricula): StarPO-S's variance filter and SCALER's difficulty
-controller on hand-made tables, against transcriptions of the official code, in the config checks and in nano runs."""
+"""Curricula and group filters (rl4llm.train.curricula): StarPO-S's variance filter, SCALER's difficulty controller
+and SELF's greedy-probe curation on hand-made tables, against transcriptions of the official code, in the config
+checks and in nano runs."""
 
 import math
 import os
@@ -221,3 +222,37 @@ def test_scaler_moves_in_a_nano_run_and_is_checkpointed(tmp_path, monkeypatch):
     restored = ckpt.restore_latest(ocp.StandardCheckpointer().restore(saved), difficulty.init_scaler_state())
     ckpt.close()
     assert isinstance(restored.selection, difficulty.ScalerState) and float(restored.selection.level) == 2.0
+
+
+# ---------------------------------------------------------------------------------------------- SELF
+
+
+def test_keep_greedy_failures_by_hand():
+    kept = selection.keep_greedy_failures(np.array([1.0, 0.0, 0.5, 1.0, -1.0]))
+    assert kept.tolist() == [False, True, True, False, True]  # the official `reward != 1.0`
+
+
+def _right_iff_even_answer(completion: str, answer: str) -> float:
+    """Correctness that depends on the problem only: the greedy probe solves exactly the even answers."""
+    del completion
+    return float(int(answer) % 2 == 0)
+
+
+def test_low_likelihood_trains_on_greedy_failures_in_a_nano_run(tmp_path, monkeypatch):
+    """The probe solves the even-answer prompts, so the kept prompts are the odd ones and every rollout of a kept
+    group is wrong; greedy-solved prompts only complete the batch (all right), so the step's reward over the rows is
+    (num_prompts - kept) / num_prompts exactly."""
+    monkeypatch.setitem(rewards.REWARDS, "right_iff_even_answer", _right_iff_even_answer)
+    config = tiny_config(steps=2)
+    config.task.reward = "right_iff_even_answer"
+    config.selection.update(method="low_likelihood", max_gen_rounds=2)
+    config.eval.every = 2
+    job.run(config, str(tmp_path))
+    records = {r["step"]: r for r in metrics_lib.read_metrics(str(tmp_path), "rl")}
+    for record in records.values():
+        kept = record["selection/kept_groups"]
+        assert 0 < kept <= 4 and record["selection/filled_with_dropped"] == 4 - kept
+        assert record["reward"] == pytest.approx((4 - kept) / 4)
+        assert 0.0 < record["selection/greedy_solved_frac"] < 1.0
+        assert record["selection/probe_rounds"] in (1.0, 2.0)
+        assert np.isfinite(record["loss/pg"])

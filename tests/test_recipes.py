@@ -49,6 +49,7 @@ RECIPES = (
     "online_dpo",
     "starpo_s",
     "scaler",
+    "self_low_likelihood",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -83,6 +84,8 @@ MECHANISMS = {
     "starpo_s": ("selection/dropped_groups", "selection/chosen_in_group_std"),
     # the parity reward is ~75 % right, so d rises from 0 by 2 x (0.75 - 0.5) per step
     "scaler": ("selection/difficulty_level", "selection/difficulty_step"),
+    # the greedy probe solved some prompts (the parity reward's even answers) and kept some
+    "self_low_likelihood": ("selection/greedy_solved_frac", "selection/kept_groups"),
 }
 
 

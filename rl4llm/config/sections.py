@@ -273,9 +273,10 @@ class Selection:
     """Prompt selection, replay, rollout allocation, hints, curriculum (rl4llm.data.selection and neighbours)."""
 
     method: str = param("uniform", "uniform | dynamic_sampling (DAPO) | accuracy_band (PRIME) | dots | bots | knapsack "
-                        "| adaptive_difficulty (RLVE) | scaler (SCALER) | std_filter (StarPO-S)",
-                        OneOf(selection_lib.METHODS))
-    max_gen_rounds: int = param(3, "dynamic_sampling / accuracy_band: generation rounds per step", AtLeast(1))
+                        "| adaptive_difficulty (RLVE) | scaler (SCALER) | std_filter (StarPO-S) "
+                        "| low_likelihood (SELF)", OneOf(selection_lib.METHODS))
+    max_gen_rounds: int = param(3, "dynamic_sampling / accuracy_band / low_likelihood: generation (low_likelihood: "
+                                "greedy probe) rounds per step", AtLeast(1))
     acc_low: float = param(0.2, "accuracy_band: keep groups with acc_low <= mean correctness", Between(0.0, 1.0))
     acc_high: float = param(0.8, "accuracy_band: ... <= acc_high", Between(0.0, 1.0))
     pool_size: int = param(1024, "dots / bots / knapsack: prompts with per-prompt statistics", AtLeast(1))

@@ -20,6 +20,8 @@ Methods (``config.selection.method``; formulas from ``shared/papers/rewards_and_
 * ``knapsack`` (Knapsack RL): uniform prompts, rollouts per prompt by ``rl4llm.data.allocation``.
 * ``std_filter`` (StarPO-S, RAGEN): roll out ``B / p`` groups, train on the B of largest within-group reward std
   -- :func:`top_std_groups`.
+* ``low_likelihood`` (SELF): one greedy completion per prompt; the prompts it gets wrong are rolled out, refilled
+  over rounds as dynamic sampling -- :func:`keep_greedy_failures`, :func:`choose_groups`.
 
 The per-prompt methods (dots, bots, knapsack) select from a fixed pool of distinct training prompts
 (:func:`build_pool`) whose statistics live in :class:`SelectionState`, a pytree of fixed-shape float32/int32
@@ -41,7 +43,7 @@ import flax
 import numpy as np
 
 METHODS = ("uniform", "dynamic_sampling", "accuracy_band", "dots", "bots", "knapsack", "adaptive_difficulty",
-           "std_filter", "scaler")
+           "std_filter", "scaler", "low_likelihood")
 # Methods that refill the batch over several generation rounds, and those that select from the prompt pool.
 REFILL_METHODS = ("dynamic_sampling", "accuracy_band")
 POOL_METHODS = ("dots", "bots", "knapsack")
@@ -134,6 +136,18 @@ def top_std_groups(scores: np.ndarray, k: int) -> np.ndarray:  # [M, G] -> [k] i
     if not 0 <= k <= std.size:
         raise ValueError(f"cannot keep k={k} of {std.size} groups")
     return np.sort(np.argsort(-std, kind="stable")[:k])
+
+
+def keep_greedy_failures(greedy_reward: np.ndarray) -> np.ndarray:  # [B] -> [B] bool
+    """SELF low-likelihood curation (Nguyen et al. 2025, "The Reasoning Boundary Paradox: How Reinforcement Learning
+    Constrains Language Models"): keep a prompt iff the reward of its greedy completion is not 1.
+
+    The paper trains on the problems whose correct solutions have low likelihood under the policy. The official code
+    (mail-research/SELF-llm-interference, ``verl/trainer/ppo/ray_trainer.py``, ``RayMaxPPOTrainer.fit``, run by
+    ``slurm/train_max_ppo.sh``) tests that with one greedy (``do_sample=False``) completion per prompt of the batch,
+    keeps the prompts with ``reward != 1.0`` (skipping a batch with none) and samples the n rollouts of the kept
+    prompts only. We follow the code, not the digest's reconstruction (``0 < p̂ <= δ`` on estimated success rates)."""
+    return np.asarray(greedy_reward) != 1.0
 
 
 def choose_groups(keep_masks: Sequence[np.ndarray], batch_size: int) -> tuple[list[tuple[int, int]], int]:

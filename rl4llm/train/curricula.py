@@ -7,6 +7,7 @@ of `rl4llm.data.difficulty` and `rl4llm.data.selection`).
 * `scaler` (SCALER): levels floor(d) / ceil(d) of a continuous difficulty d, which moves toward 50 % accuracy.
 * `std_filter` (StarPO-S, RAGEN): num_prompts / ratio groups rolled out, the num_prompts of largest within-group
   reward std trained on, the rest dropped.
+* `low_likelihood` (SELF): one greedy completion per prompt, and the prompts it gets wrong rolled out.
 
 A collector is `collect(selector, state, step, key, generate) -> (Collected, new state)`; it draws its choices from
 `selection.rng(seed, step, ·)` and the step key, so a resumed run collects what the uninterrupted run would have.
@@ -14,6 +15,7 @@ A collector is `collect(selector, state, step, key, generate) -> (Collected, new
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from rl4llm.data import difficulty
@@ -21,6 +23,7 @@ from rl4llm.data import selection as selection_lib
 from rl4llm.train.rows import take
 
 LEVELS = 3  # the sub-stream of selection_lib.rng(seed, step, ·) that draws difficulty levels
+_PROBE_STREAM = 4000  # fold_in(step key, ·) of SELF's greedy probe rounds
 
 
 def _rollout_levels(selector, levels: np.ndarray, step: int, key, generate):
@@ -82,4 +85,36 @@ def collect_std_filter(selector, state, step: int, key, generate):
     return selector.finish(chosen, metrics, generated=rows), state
 
 
-COLLECTORS = {"adaptive_difficulty": collect_adaptive, "scaler": collect_scaler, "std_filter": collect_std_filter}
+def collect_low_likelihood(selector, state, step: int, key, generate):
+    """SELF: rounds of num_prompts fresh stream prompts (round 0: the uniform step's), one greedy completion each;
+    the prompts whose greedy completion is wrong (`selection.keep_greedy_failures`, on the main reward) are kept,
+    until num_prompts are or `max_gen_rounds` rounds were probed (`selection.choose_groups`), then G rollouts of
+    each. The official code trains on the smaller batch when fewer were kept; shapes are static here, so the batch is
+    completed with greedy-solved prompts whose completion masks are emptied (no loss trains on them)."""
+    b, g = selector.num_prompts, selector.num_generations
+    examples = selector.stream_examples(step, b * selector.sel.max_gen_rounds)
+    masks = []
+    for r in range(selector.sel.max_gen_rounds):
+        batch = examples[r * b : (r + 1) * b]
+        probe, _ = generate([e.prompt for e in batch], [e.answer for e in batch], np.ones(b, int),
+                            jax.random.fold_in(key, _PROBE_STREAM + r), [""] * b, greedy=True)
+        masks.append(selection_lib.keep_greedy_failures(probe.main))
+        if sum(int(m.sum()) for m in masks) >= b:
+            break
+    chosen, kept = selection_lib.choose_groups(masks, b)
+    rows, metrics = selector.generate_groups([examples[r * b + i] for r, i in chosen], key, generate)
+    metrics.update({
+        "selection/probe_rounds": float(len(masks)),
+        "selection/greedy_solved_frac": float(1.0 - np.concatenate(masks).mean()),
+        "selection/kept_groups": float(kept),
+        "selection/filled_with_dropped": float(b - kept),
+    })
+    collected = selector.finish(rows, metrics)
+    mask = collected.rows.completion_mask.copy()  # the sampler's host arrays are read-only
+    mask[kept * g :] = False  # the greedy-solved prompts that only complete the batch
+    collected.rows.completion_mask = mask
+    return collected, state
+
+
+COLLECTORS = {"adaptive_difficulty": collect_adaptive, "scaler": collect_scaler, "std_filter": collect_std_filter,
+              "low_likelihood": collect_low_likelihood}

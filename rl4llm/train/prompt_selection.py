@@ -3,7 +3,7 @@
 
 `Selector.collect` decides which prompts are rolled out (uniform stream, curriculum stage, refill rounds, the
 DOTS / BOTS / uniform pool draw, Knapsack rollout counts; `curricula`: RLVE's and SCALER's difficulty levels,
-StarPO-S's variance filter), calls the trainer's `generate(prompts, answers, counts, key, prefixes) -> Rows` for
+StarPO-S's variance filter, SELF's greedy probe), calls the trainer's `generate(prompts, answers, counts, key, prefixes) -> Rows` for
 each generation round, regenerates all-fail groups with hints, mixes in replayed groups, and returns the step's
 training rows (N = num_prompts x num_generations) with the updated selection state (`SelectionState`,
 `DifficultyState`, `ScalerState` or None) and the step's selection metrics.
@@ -41,9 +41,9 @@ _HINT_STREAM = 3000
 _CHOICE, _REPLAY, _THOMPSON = 0, 1, 2
 
 
-# generate(prompts [b], answers [b], counts [b], key, prefixes [b] of the scored text[, traces [b]]) -> (Rows, reward
-# metrics); prompts of b are rolled out counts[b] times each, in order, each group followed by its off-policy traces
-# (texts; none when traces is None).
+# generate(prompts [b], answers [b], counts [b], key, prefixes [b] of the scored text[, traces [b]][, greedy=False]) ->
+# (Rows, reward metrics); prompts of b are rolled out counts[b] times each (greedily with greedy=True), in order, each
+# group followed by its off-policy traces (texts; none when traces is None).
 GenerateFn = Callable[[list, list, np.ndarray, jax.Array, list], tuple[Rows, dict]]
 # encode(prompts [b]) -> left-padded prompt tokens [b, P] int32 and mask [b, P] bool (the trainer's encoding)
 EncodeFn = Callable[[list], tuple[np.ndarray, np.ndarray]]
