@@ -346,7 +346,8 @@ def _selection_errors(config) -> list[str]:
         if method in selection_lib.POOL_METHODS or method in selection_lib.LEVEL_METHODS:
             errors.append(
                 f"config.selection.curriculum_steps={sel.curriculum_steps}: method {method!r} chooses its own "
-                "problems; the curriculum works with uniform, dynamic_sampling and accuracy_band"
+                "problems; the curriculum works with the stream's methods: uniform, dynamic_sampling, accuracy_band, "
+                "std_filter, low_likelihood"
             )
     if method in selection_lib.LEVEL_METHODS:
         if config.task.name not in difficulty.LADDERS:

@@ -131,7 +131,9 @@ def top_std_groups(scores: np.ndarray, k: int) -> np.ndarray:  # [M, G] -> [k] i
     As the official code (RAGEN-AI/RAGEN ``ragen/trainer/agent_trainer.py``, ``_filter_rollout`` with
     ``rollout_filter_type=std``): the Bessel-corrected std of ``torch.std``, ``topk(int(ratio · num_groups))`` over
     the groups rolled out, and the kept groups stay in batch order (a boolean group mask); nothing is regenerated.
-    Ties at the cut go to the lower group index (``torch.topk`` leaves their order unspecified)."""
+    Ties at the cut go to the lower group index (``torch.topk`` leaves their order unspecified). This is the
+    paper-era rule (config/base.yaml: ratio 0.25, type std); the repository's later ``ragen/trainer/rollout_filter.py``
+    adds other strategies (e.g. a nucleus over the std mass, ``top_p``), which are not implemented here."""
     std = np.asarray(scores, np.float64).std(axis=1, ddof=1)
     if not 0 <= k <= std.size:
         raise ValueError(f"cannot keep k={k} of {std.size} groups")
