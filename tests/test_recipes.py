@@ -47,6 +47,9 @@ RECIPES = (
     "rlve",
     "treerl",
     "online_dpo",
+    "starpo_s",
+    "scaler",
+    "self_low_likelihood",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -77,6 +80,12 @@ MECHANISMS = {
     "treerl": ("tree/branches", "tree/shared_token_frac", "tree/distinct_branches"),
     # the DPO path fires: groups gave best-vs-worst pairs and the pair loss was evaluated on them
     "online_dpo": ("dpo/valid_pair_frac", "dpo/loss"),
+    # groups were dropped, and the kept ones had reward spread (the parity reward's odd-answer groups)
+    "starpo_s": ("selection/dropped_groups", "selection/chosen_in_group_std"),
+    # the parity reward is ~75 % right, so d rises from 0 by 2 x (0.75 - 0.5) per step
+    "scaler": ("selection/difficulty_level", "selection/difficulty_step"),
+    # the greedy probe solved some prompts (the parity reward's even answers) and kept some
+    "self_low_likelihood": ("selection/greedy_solved_frac", "selection/kept_groups"),
 }
 
 

@@ -273,8 +273,10 @@ class Selection:
     """Prompt selection, replay, rollout allocation, hints, curriculum (rl4llm.data.selection and neighbours)."""
 
     method: str = param("uniform", "uniform | dynamic_sampling (DAPO) | accuracy_band (PRIME) | dots | bots | knapsack "
-                        "| adaptive_difficulty (RLVE)", OneOf(selection_lib.METHODS))
-    max_gen_rounds: int = param(3, "dynamic_sampling / accuracy_band: generation rounds per step", AtLeast(1))
+                        "| adaptive_difficulty (RLVE) | scaler (SCALER) | std_filter (StarPO-S) "
+                        "| low_likelihood (SELF)", OneOf(selection_lib.METHODS))
+    max_gen_rounds: int = param(3, "dynamic_sampling / accuracy_band / low_likelihood: generation (low_likelihood: "
+                                "greedy probe) rounds per step", AtLeast(1))
     acc_low: float = param(0.2, "accuracy_band: keep groups with acc_low <= mean correctness", Between(0.0, 1.0))
     acc_high: float = param(0.8, "accuracy_band: ... <= acc_high", Between(0.0, 1.0))
     pool_size: int = param(1024, "dots / bots / knapsack: prompts with per-prompt statistics", AtLeast(1))
@@ -298,15 +300,25 @@ class Selection:
                                   AtLeast(0))
     curriculum_start_operands: int = param(2, "the curriculum's first operand count", AtLeast(2))
     curriculum_start_max_value: int = param(9, "the curriculum's first max_value", AtLeast(1))
-    difficulty_initial: int = param(0, "adaptive_difficulty: the controller's first upper level h (RLVE: 0)", AtLeast(0))
-    difficulty_max: int = param(4, "adaptive_difficulty: h stops here (level d: 2 + d operands / items / numbers)",
-                                AtLeast(0))
+    difficulty_initial: int = param(0, "adaptive_difficulty / scaler: the first upper level h / difficulty d (RLVE, "
+                                    "SCALER: 0)", AtLeast(0))
+    difficulty_max: int = param(4, "adaptive_difficulty / scaler: h / d stops here (level d: 2 + d operands / items / "
+                                "numbers)", AtLeast(0))
     difficulty_window: int = param(4, "adaptive_difficulty: levels are drawn from {h - window + 1, ..., h} (RLVE: 4)",
                                    AtLeast(1))
     difficulty_min_prompts: int = param(8, "adaptive_difficulty: groups at level h before each check (RLVE: 8)",
                                         AtLeast(1))
     difficulty_threshold: float = param(0.9, "adaptive_difficulty: h rises when level h's accuracy >= this (RLVE: 0.9)",
                                         Between(0.0, 1.0))
+    std_filter_ratio: float = param(0.25, "std_filter: roll out num_prompts / ratio groups, train on the num_prompts "
+                                    "of largest reward std (RAGEN rollout_filter_ratio: 0.25)",
+                                    Between(0.0, 1.0, low_open=True))
+    scaler_target: float = param(0.5, "scaler: the accuracy the difficulty d steers to (SCALER: 0.5)",
+                                 Between(0.0, 1.0))
+    scaler_gain: float = param(2.0, "scaler: k of d += clip(k (accuracy - target), +-step_cap) (SCALER: 2)",
+                               Between(0.0, 1e3, low_open=True))
+    scaler_step_cap: float = param(1.0, "scaler: the largest change of d per step (SCALER: 1)",
+                                   Between(0.0, 1e3, low_open=True))
 
 
 @_section

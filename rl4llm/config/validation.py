@@ -343,20 +343,36 @@ def _selection_errors(config) -> list[str]:
                 f"config.selection.curriculum_steps={sel.curriculum_steps}: the curriculum schedules the arithmetic "
                 f"task (config.task.name={config.task.name!r}); set it to 0"
             )
-        if method in selection_lib.POOL_METHODS or method == "adaptive_difficulty":
+        if method in selection_lib.POOL_METHODS or method in selection_lib.LEVEL_METHODS:
             errors.append(
                 f"config.selection.curriculum_steps={sel.curriculum_steps}: method {method!r} chooses its own "
-                "problems; the curriculum works with uniform, dynamic_sampling and accuracy_band"
+                "problems; the curriculum works with the stream's methods: uniform, dynamic_sampling, accuracy_band, "
+                "std_filter, low_likelihood"
             )
-    if method == "adaptive_difficulty":
+    if method in selection_lib.LEVEL_METHODS:
         if config.task.name not in difficulty.LADDERS:
             errors.append(
-                f"config.selection.method='adaptive_difficulty': task {config.task.name!r} has no difficulty ladder "
+                f"config.selection.method={method!r}: task {config.task.name!r} has no difficulty ladder "
                 f"(rl4llm.data.difficulty.LADDERS: {', '.join(difficulty.LADDERS)})"
             )
         if sel.difficulty_initial > sel.difficulty_max:
             errors.append(f"config.selection.difficulty_initial={sel.difficulty_initial}: must be <= "
                           f"config.selection.difficulty_max={sel.difficulty_max}")
+    if method == "std_filter":
+        errors += _std_filter_errors(sel.std_filter_ratio, rl.num_prompts, rl.num_generations)
+    return errors
+
+
+def _std_filter_errors(ratio: float, num_prompts: int, num_generations: int) -> list[str]:
+    """StarPO-S: the groups rolled out, num_prompts / ratio, must be whole; a group's std needs two rows."""
+    errors = []
+    rolled = num_prompts / ratio
+    if abs(rolled - round(rolled)) > 1e-6:
+        errors.append(f"config.selection.std_filter_ratio={ratio}: config.rl.num_prompts={num_prompts} / ratio = "
+                      f"{rolled:g} groups to roll out; choose a ratio that makes it whole (e.g. 0.25, 0.5)")
+    if num_generations < 2:
+        errors.append(f"config.selection.method='std_filter': config.rl.num_generations={num_generations}: a group's "
+                      "reward std needs at least 2 rollouts")
     return errors
 
 
@@ -387,7 +403,7 @@ def _replay_errors(config) -> list[str]:
     return errors
 
 
-# Selection methods whose groups are the G rows of one generation call (`prompt_selection.Selector._generate_groups`);
+# Selection methods whose groups are the G rows of one generation call (`prompt_selection.Selector.generate_groups`);
 # the others keep per-prompt statistics or replay rows, which would count the traces as the policy's own.
 _TRACE_SELECTION_METHODS = ("uniform", "dynamic_sampling", "accuracy_band")
 

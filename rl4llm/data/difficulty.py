@@ -15,7 +15,19 @@ after a whole batch is counted, and the counters reset whether or not h rose. De
 the task's own generator at that level's parameters (RLVE samples one parameter set from a level's list; each of
 our levels has one).
 
-The state is host numpy (:class:`DifficultyState`), carried and checkpointed as the run's selection state.
+SCALER's controller (Xu et al. 2026, "SCALER: Synthetic Scalable Adaptive Learning Environment for Reasoning";
+digest rewards_and_data_efficiency.md 7.8) is its sibling on the same ladders: a continuous difficulty d, problems
+at ``floor(d)`` and ``ceil(d)`` in proportion (:func:`scaler_levels`), and after each step
+``d ← clip(d + clip(k·(acc - target), ±cap), 0, max_level)`` (:func:`scaler_update`). The digest had only the
+abstract and reconstructed a "target band" with thresholds; we follow the official code instead
+(molumolua/SCALER ``recipe/environment/difficulty_control.py``, ``DifficultyControl``, with the per-environment
+settings of ``SCALER/set_max_difficulty_and_process_train_data.py``): target 0.5, k = 2, cap 1, d_min = 0, d_0 = 0,
+``activate_function="base"`` (the error is the batch's mean correctness minus the target, every sample counted).
+Not here: SCALER's environment curation (an active set of environments, retired after K_zero / K_sat steps at zero
+accuracy / the top level or a non-rising difficulty): a run here trains one task, one environment.
+
+The states are host numpy (:class:`DifficultyState`, :class:`ScalerState`), carried and checkpointed as the run's
+selection state.
 """
 
 from __future__ import annotations
@@ -78,6 +90,41 @@ def update(
         total, samples = 0.0, 0
     return DifficultyState(np.asarray(upper, np.int32), np.asarray(total, np.float32),
                            np.asarray(samples, np.int32)), metrics
+
+
+class ScalerState(flax.struct.PyTreeNode):
+    """level: [] float32, SCALER's continuous difficulty d (float32 as every selection state; the official code's
+    is a Python float, so where ``n·(d - floor d)`` is a half the proportion may round the other way)."""
+
+    level: np.ndarray
+
+
+def init_scaler_state(initial_level: float = 0.0) -> ScalerState:
+    """SCALER's initial state: d = ``initial_level`` (SCALER: 0)."""
+    return ScalerState(np.asarray(initial_level, np.float32))
+
+
+def scaler_levels(level: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """[n] int levels for continuous difficulty d (official ``propose_distances``): ``round(n·(d - floor d))`` at
+    ``ceil d``, the rest at ``floor d``, in random order (Python's round: halves to even)."""
+    low, high = int(np.floor(level)), int(np.ceil(level))
+    num_high = round(n * (level - low))
+    return rng.permutation(np.array([high] * num_high + [low] * (n - num_high), np.int32))
+
+
+def scaler_update(
+    state: ScalerState, correct: np.ndarray, *, target: float, gain: float, step_cap: float, max_level: int,
+) -> tuple[ScalerState, dict]:
+    """SCALER's step (official ``DifficultyControl.update``, ``activate_function="base"``): with ``acc`` the mean
+    correctness of the batch's samples [N] in [0, 1], ``Δ = clip(gain·(acc - target), -step_cap, step_cap)`` and
+    ``d ← clip(d + Δ, 0, max_level)``. -> (state, metrics: ``selection/difficulty_level`` (the new d),
+    ``selection/difficulty_step`` (Δ), ``selection/batch_accuracy`` (acc))."""
+    accuracy = float(np.mean(np.asarray(correct, np.float64)))
+    step = float(np.clip(gain * (accuracy - target), -step_cap, step_cap))
+    level = float(np.clip(float(state.level) + step, 0.0, max_level))
+    metrics = {"selection/difficulty_level": level, "selection/difficulty_step": step,
+               "selection/batch_accuracy": accuracy}
+    return ScalerState(np.asarray(level, np.float32)), metrics
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,10 @@ Methods (``config.selection.method``; formulas from ``shared/papers/rewards_and_
 * ``bots`` (BOTS, Trinity-RFT): Beta(α_k, β_k) posterior per prompt, Thompson sample ``p_k ~ Beta`` and take the
   prompts closest to the target success -- :func:`bots_update`, :func:`bots_select`.
 * ``knapsack`` (Knapsack RL): uniform prompts, rollouts per prompt by ``rl4llm.data.allocation``.
+* ``std_filter`` (StarPO-S, RAGEN): roll out ``B / p`` groups, train on the B of largest within-group reward std
+  -- :func:`top_std_groups`.
+* ``low_likelihood`` (SELF): one greedy completion per prompt; the prompts it gets wrong are rolled out, refilled
+  over rounds as dynamic sampling -- :func:`keep_greedy_failures`, :func:`choose_groups`.
 
 The per-prompt methods (dots, bots, knapsack) select from a fixed pool of distinct training prompts
 (:func:`build_pool`) whose statistics live in :class:`SelectionState`, a pytree of fixed-shape float32/int32
@@ -38,10 +42,13 @@ from typing import Sequence
 import flax
 import numpy as np
 
-METHODS = ("uniform", "dynamic_sampling", "accuracy_band", "dots", "bots", "knapsack", "adaptive_difficulty")
+METHODS = ("uniform", "dynamic_sampling", "accuracy_band", "dots", "bots", "knapsack", "adaptive_difficulty",
+           "std_filter", "scaler", "low_likelihood")
 # Methods that refill the batch over several generation rounds, and those that select from the prompt pool.
 REFILL_METHODS = ("dynamic_sampling", "accuracy_band")
 POOL_METHODS = ("dots", "bots", "knapsack")
+# Methods that draw problems at difficulty levels of the task's ladder (rl4llm.data.difficulty).
+LEVEL_METHODS = ("adaptive_difficulty", "scaler")
 
 # SeedSequence prefixes of the selection's random streams (distinct from the tasks' ones).
 _SELECT_STREAM = 0x5E1
@@ -114,6 +121,35 @@ def keep_accuracy_band(correct: np.ndarray, low: float = 0.2, high: float = 0.8)
     """PRIME online filter: keep a group iff ``low <= mean_j correct_ij <= high``."""
     acc = np.asarray(correct, np.float64).mean(axis=1)
     return (acc >= low) & (acc <= high)
+
+
+def top_std_groups(scores: np.ndarray, k: int) -> np.ndarray:  # [M, G] -> [k] int
+    """StarPO-S reward-variance filter (Wang et al. 2025, "RAGEN: Understanding Self-Evolution in LLM Agents via
+    Multi-Turn Reinforcement Learning"): the ``k`` groups with the largest within-group reward std
+    ``σ_i = sqrt(Σ_j (r_ij - r̄_i)² / (G - 1))``, in their original order.
+
+    As the official code (RAGEN-AI/RAGEN ``ragen/trainer/agent_trainer.py``, ``_filter_rollout`` with
+    ``rollout_filter_type=std``): the Bessel-corrected std of ``torch.std``, ``topk(int(ratio · num_groups))`` over
+    the groups rolled out, and the kept groups stay in batch order (a boolean group mask); nothing is regenerated.
+    Ties at the cut go to the lower group index (``torch.topk`` leaves their order unspecified). This is the
+    paper-era rule (config/base.yaml: ratio 0.25, type std); the repository's later ``ragen/trainer/rollout_filter.py``
+    adds other strategies (e.g. a nucleus over the std mass, ``top_p``), which are not implemented here."""
+    std = np.asarray(scores, np.float64).std(axis=1, ddof=1)
+    if not 0 <= k <= std.size:
+        raise ValueError(f"cannot keep k={k} of {std.size} groups")
+    return np.sort(np.argsort(-std, kind="stable")[:k])
+
+
+def keep_greedy_failures(greedy_reward: np.ndarray) -> np.ndarray:  # [B] -> [B] bool
+    """SELF low-likelihood curation (Nguyen et al. 2025, "The Reasoning Boundary Paradox: How Reinforcement Learning
+    Constrains Language Models"): keep a prompt iff the reward of its greedy completion is not 1.
+
+    The paper trains on the problems whose correct solutions have low likelihood under the policy. The official code
+    (mail-research/SELF-llm-interference, ``verl/trainer/ppo/ray_trainer.py``, ``RayMaxPPOTrainer.fit``, run by
+    ``slurm/train_max_ppo.sh``) tests that with one greedy (``do_sample=False``) completion per prompt of the batch,
+    keeps the prompts with ``reward != 1.0`` (skipping a batch with none) and samples the n rollouts of the kept
+    prompts only. We follow the code, not the digest's reconstruction (``0 < p̂ <= δ`` on estimated success rates)."""
+    return np.asarray(greedy_reward) != 1.0
 
 
 def choose_groups(keep_masks: Sequence[np.ndarray], batch_size: int) -> tuple[list[tuple[int, int]], int]:

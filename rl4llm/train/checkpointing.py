@@ -5,7 +5,8 @@ One `Checkpointer` per stage (`<workdir>/checkpoints/<stage>`). A checkpoint hol
 * `state`: any pytree of arrays (params, optimizer state, step, PRNG keys, ...), saved with
     Orbax's StandardSave and restored onto the shardings of an abstract target;
 * `selection` (RL runs whose `config.selection` method keeps a state only): the prompt-selection state
-    (`rl4llm.data.selection.SelectionState`: statistics and replay buffer; `rl4llm.data.difficulty.DifficultyState`),
+    (`rl4llm.data.selection.SelectionState`: statistics and replay buffer; `rl4llm.data.difficulty.DifficultyState`
+    or `ScalerState`),
     saved the same way and restored as host numpy arrays (its target has no shardings);
 * `meta`: a JSON-serialisable dict (data iterator step, metrics of the stage).
 

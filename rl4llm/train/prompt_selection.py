@@ -2,10 +2,11 @@
 `replay`, `allocation`, `curriculum`).
 
 `Selector.collect` decides which prompts are rolled out (uniform stream, curriculum stage, refill rounds, the
-DOTS / BOTS / uniform pool draw, Knapsack rollout counts, RLVE's difficulty levels), calls the trainer's
-`generate(prompts, answers, counts, key, prefixes) -> Rows` for each generation round, regenerates all-fail groups
-with hints, mixes in replayed groups, and returns the step's training rows (N = num_prompts x num_generations) with
-the updated selection state (`SelectionState`, `DifficultyState` or None) and the step's selection metrics.
+DOTS / BOTS / uniform pool draw, Knapsack rollout counts; `curricula`: RLVE's and SCALER's difficulty levels,
+StarPO-S's variance filter, SELF's greedy probe), calls the trainer's `generate(prompts, answers, counts, key, prefixes) -> Rows` for
+each generation round, regenerates all-fail groups with hints, mixes in replayed groups, and returns the step's
+training rows (N = num_prompts x num_generations) with the updated selection state (`SelectionState`,
+`DifficultyState`, `ScalerState` or None) and the step's selection metrics.
 Everything it draws comes from the step key (generation) and `selection.rng(seed, step, ·)` (choices), so a resumed
 run selects what the uninterrupted run would have.
 
@@ -28,6 +29,7 @@ from rl4llm.data import curriculum
 from rl4llm.data import difficulty
 from rl4llm.data import replay as replay_lib
 from rl4llm.data import selection as selection_lib
+from rl4llm.train import curricula
 from rl4llm.train import rows as rows_lib
 from rl4llm.train.rows import Rows, concat, take
 
@@ -35,13 +37,13 @@ from rl4llm.train.rows import Rows, concat, take
 # one-round step rolls out exactly what the plain trainer does) and for hint levels.
 _ROUND_STREAM = 2000
 _HINT_STREAM = 3000
-# Sub-streams of selection_lib.rng(seed, step, ·).
-_CHOICE, _REPLAY, _THOMPSON, _LEVELS = 0, 1, 2, 3
+# Sub-streams of selection_lib.rng(seed, step, ·) (curricula.LEVELS = 3 draws the difficulty levels).
+_CHOICE, _REPLAY, _THOMPSON = 0, 1, 2
 
 
-# generate(prompts [b], answers [b], counts [b], key, prefixes [b] of the scored text[, traces [b]]) -> (Rows, reward
-# metrics); prompts of b are rolled out counts[b] times each, in order, each group followed by its off-policy traces
-# (texts; none when traces is None).
+# generate(prompts [b], answers [b], counts [b], key, prefixes [b] of the scored text[, traces [b]][, greedy=False]) ->
+# (Rows, reward metrics); prompts of b are rolled out counts[b] times each (greedily with greedy=True), in order, each
+# group followed by its off-policy traces (texts; none when traces is None).
 GenerateFn = Callable[[list, list, np.ndarray, jax.Array, list], tuple[Rows, dict]]
 # encode(prompts [b]) -> left-padded prompt tokens [b, P] int32 and mask [b, P] bool (the trainer's encoding)
 EncodeFn = Callable[[list], tuple[np.ndarray, np.ndarray]]
@@ -80,11 +82,13 @@ class Selector:
 
     # ------------------------------------------------------------------------------------------ state
 
-    def init_state(self) -> selection_lib.SelectionState | difficulty.DifficultyState | None:
+    def init_state(self) -> selection_lib.SelectionState | difficulty.DifficultyState | difficulty.ScalerState | None:
         """The fresh selection state: per-prompt statistics (pool methods), the difficulty controller's
-        (`adaptive_difficulty`), or None."""
+        (`adaptive_difficulty`, `scaler`), or None."""
         if self.method == "adaptive_difficulty":
             return difficulty.init_state(self.sel.difficulty_initial)
+        if self.method == "scaler":
+            return difficulty.init_scaler_state(self.sel.difficulty_initial)
         if self.pool is None:
             return None
         buf = None
@@ -117,13 +121,13 @@ class Selector:
             return self._collect_knapsack(state, step, key, generate)
         if self.method in ("dots", "bots"):
             return self._collect_targeted(state, step, key, generate)
-        if self.method == "adaptive_difficulty":
-            return self._collect_adaptive(state, step, key, generate)
+        if self.method in curricula.COLLECTORS:
+            return curricula.COLLECTORS[self.method](self, state, step, key, generate)
         examples = self.stream_examples(step, self.num_prompts)
-        rows, metrics = self._generate_groups(examples, key, generate)
-        return self._finish(rows, metrics), state
+        rows, metrics = self.generate_groups(examples, key, generate)
+        return self.finish(rows, metrics), state
 
-    def _generate_groups(self, examples, key, generate: GenerateFn) -> tuple[Rows, dict]:
+    def generate_groups(self, examples, key, generate: GenerateFn) -> tuple[Rows, dict]:
         """G rollouts of each example (and their reward metrics), then hints for the all-fail groups when on. With
         `rl.off_policy_traces` = k, G − k rollouts and k copies of the example's reference solution (LUFFY)."""
         k = self.off_policy_traces
@@ -175,7 +179,7 @@ class Selector:
         rounds, masks, metrics = [], [], {}
         for r in range(self.sel.max_gen_rounds):
             round_key = key if r == 0 else jax.random.fold_in(key, _ROUND_STREAM + r)
-            rows, round_metrics = self._generate_groups(examples[r * b : (r + 1) * b], round_key, generate)
+            rows, round_metrics = self.generate_groups(examples[r * b : (r + 1) * b], round_key, generate)
             for k, v in round_metrics.items():  # hint counts add up over rounds; reward metrics: the last round's
                 metrics[k] = metrics.get(k, 0.0) + v if k.startswith("selection/") else v
             rounds.append(rows)
@@ -196,7 +200,7 @@ class Selector:
             "selection/filled_with_dropped": float(b - kept),
             "selection/generated_reward": float(generated.scores.mean()),
         })
-        collected = self._finish(concat(parts, self.pad_id), metrics, generated=generated)
+        collected = self.finish(concat(parts, self.pad_id), metrics, generated=generated)
         collected.rows.completion_mask[kept * g :] = False  # chosen groups after the kept ones: dropped groups
         return collected
 
@@ -218,7 +222,7 @@ class Selector:
             mean = state.alpha / (state.alpha + state.beta)
             metrics = {"selection/predicted_success": float(mean[ids].mean())}
         examples = [self.pool[i] for i in ids]
-        rows, round_metrics = self._generate_groups(examples, key, generate)
+        rows, round_metrics = self.generate_groups(examples, key, generate)
         metrics.update(round_metrics)
         # Statistics from the policy's own success on the (unhinted) prompt: a group solved only with a hint
         # still counts as a failure.
@@ -247,23 +251,7 @@ class Selector:
             state = state.replace(replay=buf)
             metrics.update({"selection/replayed_groups": float(slots.size), "selection/buffer_size": float(replay_lib.size(buf))})
         metrics["selection/pool_seen_frac"] = float(np.mean(state.visits > 0))
-        return self._finish(concat(parts, self.pad_id), metrics), state
-
-    def _collect_adaptive(self, state, step: int, key, generate: GenerateFn) -> tuple[Collected, object]:
-        """RLVE: each prompt's level drawn from the controller's window, then the controller counts the samples at
-        its upper level (`rl4llm.data.difficulty`; a sample solved only with a hint counts as a failure)."""
-        sel, g = self.sel, self.num_generations
-        levels = difficulty.draw_levels(state, self.num_prompts, sel.difficulty_window,
-                                        selection_lib.rng(self.seed, step, _LEVELS))
-        examples = difficulty.examples_at_levels(self.task.name, self.task.source.what, levels, self.data_offset + step)
-        rows, metrics = self._generate_groups(examples, key, generate)
-        correct = np.where(rows.hint_chars > 0, 0.0, np.clip(rows.main, 0, 1))
-        state, check = difficulty.update(state, np.repeat(levels, g), correct,
-                                         min_samples=sel.difficulty_min_prompts * g,
-                                         threshold=sel.difficulty_threshold, max_level=sel.difficulty_max)
-        metrics.update({"selection/difficulty_upper": float(state.upper),
-                        "selection/difficulty_mean": float(levels.mean()), **check})
-        return self._finish(rows, metrics), state
+        return self.finish(concat(parts, self.pad_id), metrics), state
 
     def _replayed_rows(self, buf, slots: np.ndarray, num_components: int) -> Rows:
         """Rows of replayed groups: prompts re-encoded from the pool (with their hint), stored completions,
@@ -310,11 +298,11 @@ class Selector:
             "selection/unseen_frac": float(np.mean(p < 0)),
             "selection/pool_seen_frac": float(np.mean(state.visits > 0)),
         }
-        return self._finish(rows, metrics, group_ids=group_ids), state
+        return self.finish(rows, metrics, group_ids=group_ids), state
 
     # ----------------------------------------------------------------------------------------- finish
 
-    def _finish(self, rows: Rows, metrics: dict, *, generated: Rows | None = None,
+    def finish(self, rows: Rows, metrics: dict, *, generated: Rows | None = None,
                 group_ids: np.ndarray | None = None) -> Collected:
         """The Collected record with the step's rollout metrics over the fresh training rows."""
         n = self.num_prompts * self.num_generations

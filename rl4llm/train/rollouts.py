@@ -97,22 +97,24 @@ def with_traces(config, setup: Setup, completions: dict, counts: np.ndarray, tra
     return merged, counts + num_traces
 
 
-def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes, traces=None):
+def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes, traces=None, greedy=False):
     """`counts[i]` completions of each prompt `prompts[i]` (in order), then its off-policy `traces[i]` (texts; None:
     none, `with_traces`), all scored against `answers[i]` in one call with `prefixes[i]` scored before each
-    completion. -> (`prompt_selection.Rows` [sum(counts) + traces], reward metrics)."""
+    completion; `greedy`: decoded greedily (the evaluation's sampling config) instead of at the rollout's.
+    -> (`prompt_selection.Rows` [sum(counts) + traces], reward metrics)."""
     counts = np.asarray(counts)
     prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
     prompt_index = np.repeat(np.arange(len(prompts), dtype=np.int32), counts)
     tree_metrics = {}
+    sampling_cfg = setup.eval_spec.greedy if greedy else setup.rollout_cfg
     if config.tree.enabled:  # each group is one tree of counts[i] = M(1 + LNT) paths (validation)
         completions, tree_metrics = tree_completions(config, setup, params, prompt_tokens, prompt_mask, key)
     elif config.sampling.shared_prefix_prefill:  # each prompt prefilled once, its KV cache forked to its rows
-        completions = _completions(generate(setup, params, prompt_tokens, prompt_mask, key, setup.rollout_cfg,
+        completions = _completions(generate(setup, params, prompt_tokens, prompt_mask, key, sampling_cfg,
                                             prompt_index))
     else:
         completions = _completions(generate(setup, params, prompt_tokens[prompt_index], prompt_mask[prompt_index],
-                                            key, setup.rollout_cfg))
+                                            key, sampling_cfg))
     completions["off_policy"] = np.zeros(int(counts.sum()), bool)
     sizes = counts
     if traces is not None:

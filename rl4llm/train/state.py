@@ -50,5 +50,6 @@ def initial_state(config, setup, init_params, optimizer, key) -> learner_lib.Tra
 def initial_selection(setup):
     """The prompt selection's initial state (host numpy: `rl4llm.data.selection.SelectionState`, per-prompt
     statistics and replay buffer, under the per-prompt methods; `rl4llm.data.difficulty.DifficultyState` under
-    `adaptive_difficulty`); None otherwise and for the agent source (no selector). Not part of the TrainState: the RL loop carries it and checkpoints it beside it."""
+    `adaptive_difficulty`, `ScalerState` under `scaler`); None otherwise and for the agent source (no selector).
+    Not part of the TrainState: the RL loop carries it and checkpoints it beside it."""
     return setup.selector.init_state() if setup.selector is not None else None

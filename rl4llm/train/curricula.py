@@ -1,0 +1,120 @@
+"""Selection methods that choose a step's groups by difficulty level or by their rolled-out rewards, wired into
+`prompt_selection.Selector.collect` through `COLLECTORS` (method name -> collector; the rules are the pure functions
+of `rl4llm.data.difficulty` and `rl4llm.data.selection`).
+
+* `adaptive_difficulty` (RLVE): each prompt's level drawn from the controller's window, then the controller counts
+  the samples at its upper level.
+* `scaler` (SCALER): levels floor(d) / ceil(d) of a continuous difficulty d, which moves toward 50 % accuracy.
+* `std_filter` (StarPO-S, RAGEN): num_prompts / ratio groups rolled out, the num_prompts of largest within-group
+  reward std trained on, the rest dropped.
+* `low_likelihood` (SELF): one greedy completion per prompt, and the prompts it gets wrong rolled out.
+
+A collector is `collect(selector, state, step, key, generate) -> (Collected, new state)`; it draws its choices from
+`selection.rng(seed, step, ·)` and the step key, so a resumed run collects what the uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from rl4llm.data import difficulty
+from rl4llm.data import selection as selection_lib
+from rl4llm.train.rows import take
+
+LEVELS = 3  # the sub-stream of selection_lib.rng(seed, step, ·) that draws difficulty levels
+_PROBE_STREAM = 4000  # fold_in(step key, ·) of SELF's greedy probe rounds
+
+
+def _rollout_levels(selector, levels: np.ndarray, step: int, key, generate):
+    """One problem of the task's ladder per level [B] (`difficulty.examples_at_levels`), G rollouts each. -> (rows,
+    metrics, correctness [N] in [0, 1]; a sample solved only with a hint counts as a failure)."""
+    examples = difficulty.examples_at_levels(selector.task.name, selector.task.source.what, levels,
+                                             selector.data_offset + step)
+    rows, metrics = selector.generate_groups(examples, key, generate)
+    metrics["selection/difficulty_mean"] = float(levels.mean())
+    return rows, metrics, np.where(rows.hint_chars > 0, 0.0, np.clip(rows.main, 0, 1))
+
+
+def collect_adaptive(selector, state, step: int, key, generate):
+    """RLVE: each prompt's level drawn from the controller's window, then the controller counts the samples at its
+    upper level (`difficulty.update`)."""
+    sel, g = selector.sel, selector.num_generations
+    levels = difficulty.draw_levels(state, selector.num_prompts, sel.difficulty_window,
+                                    selection_lib.rng(selector.seed, step, LEVELS))
+    rows, metrics, correct = _rollout_levels(selector, levels, step, key, generate)
+    state, check = difficulty.update(state, np.repeat(levels, g), correct,
+                                     min_samples=sel.difficulty_min_prompts * g,
+                                     threshold=sel.difficulty_threshold, max_level=sel.difficulty_max)
+    metrics.update({"selection/difficulty_upper": float(state.upper), **check})
+    return selector.finish(rows, metrics), state
+
+
+def collect_scaler(selector, state, step: int, key, generate):
+    """SCALER: the prompts' levels floor(d) / ceil(d) in proportion (`difficulty.scaler_levels`), then d moves by
+    the batch accuracy's distance to the target (`difficulty.scaler_update`)."""
+    sel = selector.sel
+    levels = difficulty.scaler_levels(float(state.level), selector.num_prompts,
+                                      selection_lib.rng(selector.seed, step, LEVELS))
+    rows, metrics, correct = _rollout_levels(selector, levels, step, key, generate)
+    state, moved = difficulty.scaler_update(state, correct, target=sel.scaler_target, gain=sel.scaler_gain,
+                                            step_cap=sel.scaler_step_cap, max_level=sel.difficulty_max)
+    metrics.update(moved)
+    return selector.finish(rows, metrics), state
+
+
+def collect_std_filter(selector, state, step: int, key, generate):
+    """StarPO-S: the stream's first M = num_prompts / ratio prompts of the step (its first num_prompts are the
+    uniform step's), G rollouts each, and the num_prompts groups of largest reward std (`selection.top_std_groups`
+    on the trained scores, RAGEN's summed episode reward) kept in order; the dropped groups are not trained on.
+    Logs `selection/kept_frac` (num_prompts / M), `selection/dropped_groups`, and the mean group std of all and of
+    the kept groups (`selection/in_group_std`, `selection/chosen_in_group_std`; RAGEN's rollout/ metrics)."""
+    b, g = selector.num_prompts, selector.num_generations
+    rolled = int(round(b / selector.sel.std_filter_ratio))
+    rows, metrics = selector.generate_groups(selector.stream_examples(step, rolled), key, generate)
+    scores = rows.scores.reshape(rolled, g)
+    kept = selection_lib.top_std_groups(scores, b)
+    std = scores.astype(np.float64).std(axis=1, ddof=1)
+    metrics.update({
+        "selection/kept_frac": b / rolled,
+        "selection/dropped_groups": float(rolled - b),
+        "selection/in_group_std": float(std.mean()),
+        "selection/chosen_in_group_std": float(std[kept].mean()),
+    })
+    chosen = take(rows, (kept[:, None] * g + np.arange(g)).reshape(-1))
+    return selector.finish(chosen, metrics, generated=rows), state
+
+
+def collect_low_likelihood(selector, state, step: int, key, generate):
+    """SELF: rounds of num_prompts fresh stream prompts (round 0: the uniform step's), one greedy completion each;
+    the prompts whose greedy completion is wrong (`selection.keep_greedy_failures`, on the main reward) are kept,
+    until num_prompts are or `max_gen_rounds` rounds were probed (`selection.choose_groups`), then G rollouts of
+    each. The official code trains on the smaller batch when fewer were kept; shapes are static here, so the batch is
+    completed with greedy-solved prompts whose completion masks are emptied (no loss trains on them)."""
+    b, g = selector.num_prompts, selector.num_generations
+    examples = selector.stream_examples(step, b * selector.sel.max_gen_rounds)
+    masks = []
+    for r in range(selector.sel.max_gen_rounds):
+        batch = examples[r * b : (r + 1) * b]
+        probe, _ = generate([e.prompt for e in batch], [e.answer for e in batch], np.ones(b, int),
+                            jax.random.fold_in(key, _PROBE_STREAM + r), [""] * b, greedy=True)
+        masks.append(selection_lib.keep_greedy_failures(probe.main))
+        if sum(int(m.sum()) for m in masks) >= b:
+            break
+    chosen, kept = selection_lib.choose_groups(masks, b)
+    rows, metrics = selector.generate_groups([examples[r * b + i] for r, i in chosen], key, generate)
+    metrics.update({
+        "selection/probe_rounds": float(len(masks)),
+        "selection/greedy_solved_frac": float(1.0 - np.concatenate(masks).mean()),
+        "selection/kept_groups": float(kept),
+        "selection/filled_with_dropped": float(b - kept),
+    })
+    collected = selector.finish(rows, metrics)
+    mask = collected.rows.completion_mask.copy()  # the sampler's host arrays are read-only
+    mask[kept * g :] = False  # the greedy-solved prompts that only complete the batch
+    collected.rows.completion_mask = mask
+    return collected, state
+
+
+COLLECTORS = {"adaptive_difficulty": collect_adaptive, "scaler": collect_scaler, "std_filter": collect_std_filter,
+              "low_likelihood": collect_low_likelihood}
