@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 _INTEGER = re.compile(r"(-?)([0-9]+)\s*")
+_WORKED = re.compile(r"(?:-?[0-9]+[-+*]-?[0-9]+=-?[0-9]+;)*#-?[0-9]+\s*")
 
 
 def _canonical(sign: str, digits: str) -> str:
@@ -39,3 +40,11 @@ def score(completion: str, answer: str) -> float:
     if match is None:
         raise ValueError(f"reference answer {answer!r} is not an integer string")
     return 1.0 if extract_answer(completion) == _canonical(match.group(1), match.group(2)) else 0.0
+
+
+def format_score(completion: str, answer: str) -> float:
+    """1.0 iff the completion has the worked form of ``rl4llm.data.arithmetic`` and nothing else: steps
+    ``a<op>b=c;`` then ``#n`` (trailing whitespace allowed), whatever the numbers; the reference answer is ignored
+    (a format reward: a constraint or bonus beside ``score``)."""
+    del answer
+    return 1.0 if _WORKED.fullmatch(completion) else 0.0
