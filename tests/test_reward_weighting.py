@@ -190,3 +190,133 @@ def test_jit_equals_eager():
     a0, a1 = jnp.ones((2, 3)), -jnp.ones((2, 2, 3))
     mix = lambda lam: rw.mix_advantages(a0, a1, lam, normalize=True)  # noqa: E731
     np.testing.assert_allclose(jax.jit(mix)(jnp.array([0.5, 1.0])), mix(jnp.array([0.5, 1.0])), rtol=1e-6)
+
+
+# --- config checks -------------------------------------------------------------------------------------------------
+
+from configs import default  # noqa: E402
+from rl4llm import config as config_lib  # noqa: E402
+from rl4llm.train import job  # noqa: E402
+from rl4llm.train import metrics as metrics_lib  # noqa: E402
+from tests.test_train import tiny_config  # noqa: E402
+
+
+def _config_errors(**changes) -> str:
+    config = default.get_config()
+    config.update_from_flattened_dict(changes)
+    with pytest.raises(config_lib.ConfigError) as info:
+        config_lib.parse(config)
+    return str(info.value)
+
+
+def test_a_constraint_on_a_component_the_task_does_not_produce_fails_before_compiling():
+    message = _config_errors(**{"reward_weighting.method": "constrained", "task.extra_rewards": "format_arithmetic:0",
+                                "reward_weighting.thresholds": "format_answer_tag:0.5"})
+    assert "config.reward_weighting.thresholds: a constraint on 'format_answer_tag', a component the task does " \
+           "not produce" in message
+
+
+def test_reward_weighting_config_errors_name_the_field():
+    assert "config.task.extra_rewards='': config.reward_weighting.method='dynamic' weighs" in _config_errors(
+        **{"reward_weighting.method": "dynamic"})
+    assert "config.reward_weighting.thresholds='': config.reward_weighting.method='constrained' needs a threshold" \
+        in _config_errors(**{"reward_weighting.method": "constrained", "task.extra_rewards": "format_arithmetic:0"})
+    assert "config.reward_weighting.thresholds='format_arithmetic:0.9': set but config.reward_weighting.method=" \
+           "'none'" in _config_errors(**{"reward_weighting.thresholds": "format_arithmetic:0.9"})
+    assert "config.reward_weighting.thresholds='format_arithmetic:x'" in _config_errors(
+        **{"reward_weighting.method": "constrained", "task.extra_rewards": "format_arithmetic:0",
+           "reward_weighting.thresholds": "format_arithmetic:x"})
+    message = _config_errors(**{"reward_weighting.method": "dynamic", "task.extra_rewards": "format_arithmetic:1",
+                                "rl.advantage": "gae", "task.length_shaping": "dapo_overlong",
+                                "rl.kl_in_reward": True, "rl.async_rollouts": True, "rl.tis_cap": 2.0})
+    for field in ("config.rl.advantage='gae'", "config.task.length_shaping='dapo_overlong'",
+                  "config.rl.kl_in_reward=True", "config.rl.async_rollouts=True"):
+        assert f"{field}: config.reward_weighting.method='dynamic'" in message, field
+    assert "config.reward_weighting.multiplier_lr" in _config_errors(**{"reward_weighting.multiplier_lr": 0.0})
+    assert "config.reward_weighting.method" in _config_errors(**{"reward_weighting.method": "pareto"})
+
+
+# --- in the RL loop (nano runs) -------------------------------------------------------------------------------------
+
+_TIMING = ("time/", "tokens_per_s", "step_s")
+
+
+def _records(workdir):
+    return {r["step"]: r for r in metrics_lib.read_metrics(workdir, "rl")}
+
+
+def _constrained_config():
+    """format_arithmetic >= 0.95 (the nano policy after 6 SFT steps never writes the worked form: violated) and
+    format_answer_tag >= -1 (always 0 on arithmetic: satisfied, its multiplier starts at 0.05 and must drop to 0)."""
+    config = tiny_config()
+    config.rl.steps = 4
+    config.task.extra_rewards = "format_arithmetic:0,format_answer_tag:0"
+    config.reward_weighting.method = "constrained"
+    config.reward_weighting.thresholds = "format_arithmetic:0.95,format_answer_tag:-1"
+    config.reward_weighting.multiplier_init = 0.05
+    config.reward_weighting.multiplier_lr = 0.1
+    return config
+
+
+def test_constrained_run_moves_the_multipliers_and_resumes_exactly(tmp_path):
+    config = _constrained_config()
+    full = str(tmp_path / "full")
+    job.run(config, full)
+    records = _records(full)
+    assert sorted(records) == [1, 2, 3, 4]
+    lr, names = 0.1, ("format_arithmetic", "format_answer_tag")
+    for step in (1, 2, 3):
+        for name in names:
+            lam, violation = records[step][f"constraint/multiplier/{name}"], records[step][f"constraint/violation/{name}"]
+            threshold = 0.95 if name == "format_arithmetic" else -1.0
+            assert violation == pytest.approx(threshold - records[step][f"reward_weighting/mean/{name}"], abs=1e-6)
+            assert records[step + 1][f"constraint/multiplier/{name}"] == pytest.approx(max(0.0, lam + lr * violation),
+                                                                                      abs=1e-6)
+    assert records[1]["constraint/multiplier/format_arithmetic"] == pytest.approx(0.05)
+    assert all(records[s]["constraint/violation/format_arithmetic"] > 0 for s in records)  # violated throughout
+    assert records[4]["constraint/multiplier/format_arithmetic"] > records[1]["constraint/multiplier/format_arithmetic"]
+    assert [records[s]["constraint/multiplier/format_answer_tag"] for s in (2, 3, 4)] == [0.0, 0.0, 0.0]  # satisfied
+    assert "reward_weighting/mean/exact_answer" in records[1]
+    # interrupted after step 2 (a checkpoint), then resumed: steps 3 and 4 are the uninterrupted run's
+    resumed = str(tmp_path / "resumed")
+    job.run(config, resumed, stop_after_rl_step=2)
+    job.run(config, resumed)
+    again = _records(resumed)
+    for step in (3, 4):
+        strip = lambda r: {k: v for k, v in r.items() if not k.startswith(_TIMING)}  # noqa: E731
+        assert strip(again[step]) == strip(records[step]), step
+
+
+def test_dynamic_run_moves_the_weights_by_mirror_descent(tmp_path, monkeypatch):
+    from rl4llm import rewards
+    from tests.test_recipes import _parity_reward  # the nano policy solves nothing: a main reward that varies
+
+    monkeypatch.setitem(rewards.REWARDS, "parity", _parity_reward)
+    config = tiny_config()
+    config.rl.steps = 3
+    config.task.reward = "parity"
+    config.task.extra_rewards = "format_arithmetic:1,format_answer_tag:1"  # initial weights 1/3 each
+    config.reward_weighting.method = "dynamic"
+    config.reward_weighting.regularization = 1e-4
+    job.run(config, str(tmp_path / "run"))
+    records = _records(str(tmp_path / "run"))
+    names = ("parity", "format_arithmetic", "format_answer_tag")
+    weights = {s: np.array([records[s][f"reward_weighting/weight/{n}"] for n in names]) for s in records}
+    np.testing.assert_allclose(weights[1], np.full(3, 1 / 3), rtol=1e-6)
+    for step in (1, 2):
+        assert weights[step].sum() == pytest.approx(1.0, abs=1e-6)
+        # format_answer_tag is 0 on every completion: zero advantages, zero gradient, zero influence
+        assert records[step]["reward_weighting/influence/format_answer_tag"] == 0.0
+        influence = np.array([records[step][f"reward_weighting/influence/{n}"] for n in names])
+        lr_t = 1e-4 * (step - 1) / 5  # the default 5-update linear warm-up, one update per step
+        expected = rw.mirror_descent_weights(jnp.asarray(weights[step], jnp.float32), jnp.asarray(influence),
+                                             learning_rate=lr_t, regularization=1e-4)
+        np.testing.assert_allclose(weights[step + 1], expected, rtol=1e-5)
+        assert records[step]["reward_weighting/weight_change"] == pytest.approx(
+            np.abs(weights[step + 1] - weights[step]).sum(), abs=1e-6)
+    # step 2's groups were all correct (no gradient); the weights moved at step 3, once the learning rate is > 0
+    assert max(r["reward_weighting/weight_change"] for r in records.values()) > 0
+    # only the main reward varies, and GRPO is scale-invariant: the step trained on (1/3)·parity, i.e. on parity's
+    # own gradient, so its influence <g, g> is the learner's squared gradient norm (under the clip of 1)
+    for record in records.values():
+        assert record["reward_weighting/influence/parity"] == pytest.approx(record["grad_norm"] ** 2, rel=1e-3, abs=1e-9)
