@@ -7,6 +7,9 @@ The final answer is the integer after the LAST ``#`` of the completion, matched 
 Answers are compared as integers: ``"#066"`` and ``"#-0"`` match ``"66"`` and ``"0"``. The comparison is
 done on canonical strings (leading zeros stripped, ``-0`` -> ``0``), which equals integer equality without
 ever calling ``int()`` on model output (Python refuses ``int()`` of strings over 4300 digits).
+
+:func:`format_score` (reward ``format_arithmetic``) is the task's format reward: 1 iff the completion is the worked
+form and nothing else, right or wrong (a constraint or bonus beside the correctness, ``config.reward_weighting``).
 """
 
 from __future__ import annotations
