@@ -527,6 +527,8 @@ def _reward_weighting_errors(config) -> list[str]:
     conflicts = (  # (field, its value, whether it conflicts, why)
         ("rl.advantage", rl.advantage, bool(extra_inputs), f"reads {extra_inputs} besides the scores; the "
          "components' advantages need an estimator of the scores alone (grpo, dr_grpo, rloo, ...)"),
+        ("rl.loss", rl.loss, rl.loss in registry.POLICY_LOSSES and "target_advantages" in
+         registry.policy_loss_inputs(rl.loss), "takes targets from the combined reward, not the re-weighted one"),
         ("task.length_shaping", task.length_shaping, task.length_shaping != "none",
          "shapes the combined reward only, which the re-weighted components never carry; set it to 'none'"),
         ("rl.kl_in_reward", rl.kl_in_reward, rl.kl_in_reward, "enters the combined reward only; use rl.kl_coef"),

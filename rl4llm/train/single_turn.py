@@ -123,8 +123,10 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
                                      **{k: v for k, v in products.items() if k in advantage_inputs})
 
     reweighted = reward_weighting.weighted_advantages(config, state, components, lambda s: estimate(s)[0])
-    (advantages, returns), reward_components = (estimate(adv_scores), None) if reweighted is None \
-        else ((reweighted[0], None), reweighted[1])
+    if reweighted is None:
+        (advantages, returns), reward_components = estimate(adv_scores), None
+    else:  # config.reward_weighting: advantages of the re-weighted components, no value targets
+        (advantages, reward_components), returns = reweighted, None
     host_metrics["useful_frac"] = useful_fraction(advantages, mask)
     critic_batch = None
     if returns is not None:

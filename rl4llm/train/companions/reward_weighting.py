@@ -17,6 +17,11 @@ advantages, at the params the step starts from (`make_gram_fn`), accumulated; ev
 moves by mirror descent. The new w weighs the NEXT step's batch: the official code re-weights the batch the
 influence was measured on, which here would mean updating state inside `collect`. `after_step` (constrained): λ by
 one projected step on the batch means' violation, after the policy's updates (as the official code).
+
+Each component's advantages come from the run's estimator on that component alone: with GRPO a per-component group
+normalisation, GDPO's first stage (`rl.advantages.gdpo`, without its batch whitening); the official constrained code
+whitens each of its PPO (GAE) advantages over the batch instead. The logged `reward` stays the pipeline's combined
+reward (main + the `extra_rewards` weights); `reward_weighting/weighted_reward` is the dynamic run's Σ_k w_k mean r_k.
 """
 
 from __future__ import annotations
@@ -151,6 +156,7 @@ def update(config, programs, state, rollouts, step: int, metrics: dict):
         metrics[f"reward_weighting/weight/{name}"] = float(weight)
         metrics[f"reward_weighting/influence/{name}"] = float(s)
     metrics["reward_weighting/weight_change"] = float(jnp.sum(jnp.abs(weights - current.weights)))
+    metrics["reward_weighting/weighted_reward"] = float(np.dot(rollouts.reward_components.means, current.weights))
     return state.with_extras(reward_weights=DynamicWeights(weights=weights, influence_sum=influence_sum))
 
 
