@@ -232,6 +232,8 @@ def test_reward_weighting_config_errors_name_the_field():
     for field in ("config.rl.advantage='gae'", "config.task.length_shaping='dapo_overlong'",
                   "config.rl.kl_in_reward=True", "config.rl.async_rollouts=True"):
         assert f"{field}: config.reward_weighting.method='dynamic'" in message, field
+    assert "config.task.extra_rewards='format_arithmetic:0': config.reward_weighting.method='dynamic' starts from" \
+        in _config_errors(**{"reward_weighting.method": "dynamic", "task.extra_rewards": "format_arithmetic:0"})
     assert "config.rl.loss='gbpo': config.reward_weighting.method='dynamic'" in _config_errors(
         **{"reward_weighting.method": "dynamic", "task.extra_rewards": "format_arithmetic:1", "rl.loss": "gbpo"})
     assert "config.reward_weighting.multiplier_lr" in _config_errors(**{"reward_weighting.multiplier_lr": 0.0})

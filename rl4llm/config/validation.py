@@ -516,6 +516,9 @@ def _reward_weighting_errors(config) -> list[str]:
     if w.method == "constrained" and not thresholds:
         errors.append(f"config.reward_weighting.thresholds={w.thresholds!r}: {field} needs a threshold on at least one "
                       "extra reward, e.g. 'format_arithmetic:0.9'")
+    if w.method == "dynamic" and any(weight <= 0 for weight in extras.values()):
+        errors.append(f"config.task.extra_rewards={task.extra_rewards!r}: {field} starts from the weights (1, w_1, ...) "
+                      "normalised, which must be > 0 (mirror descent stays on the simplex's interior)")
     if w.method == "dynamic" and thresholds:
         errors.append(f"config.reward_weighting.thresholds={w.thresholds!r}: thresholds are for method='constrained'")
     for name in set(thresholds) - set(extras) if w.method == "constrained" else ():
