@@ -21,8 +21,11 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/constrained_format.py --workdir=/tmp/rl4llm/constrained_format
-    Result: not yet recorded at length (the SFT warm start writes the worked form almost always, so λ stays near 0
-    unless RL drifts from it; --config.reward_weighting.thresholds=format_arithmetic:0.999 makes it bind).
+    Result: not yet recorded at length. Sanity run, 30 RL steps (one seed, loaded 2-core CPU, ~3.2 s per RL step):
+    greedy accuracy 0.379 (SFT) -> 0.455 (step 15) -> 0.510 (step 30), pass@4 0.641 -> 0.742. The SFT warm start
+    already writes the worked form in 93-100 % of a batch's completions, so the constraint bound only at 5 of 30
+    steps and λ stayed below 0.003, back to 0 after each. The same run with threshold 0.999 and η = 0.01: λ rose to
+    0.007 by step 30 (violated most steps), greedy 0.514 at step 30.
     """
     c = default.get_config()
     c.task.extra_rewards = "format_arithmetic:0"
