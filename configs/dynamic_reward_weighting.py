@@ -20,7 +20,11 @@ def get_config():
     Run:
         python -m experiments.train --config=configs/dynamic_reward_weighting.py \\
             --workdir=/tmp/rl4llm/dynamic_reward_weighting
-    Result: not yet recorded.
+    Result: not yet recorded at length. Sanity run, 30 RL steps (one seed, loaded 2-core CPU): greedy accuracy 0.379
+    (SFT) -> 0.451 (step 15) -> 0.514 (step 30), pass@4 0.641 -> 0.752; the correctness weight rose 0.500 -> 0.542
+    (its influence 0.04-0.27 per step, the format's 0-0.18: the warm start writes the worked form in 94-100 % of
+    completions). Median RL step 5.1 s (learner 4.4 s, with the two per-component gradients) against 3.1 s (2.2 s)
+    for configs/constrained_format.py on the same machine.
     """
     c = default.get_config()
     c.task.extra_rewards = "format_arithmetic:1"
