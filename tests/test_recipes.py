@@ -50,6 +50,8 @@ RECIPES = (
     "starpo_s",
     "scaler",
     "self_low_likelihood",
+    "constrained_format",
+    "dynamic_reward_weighting",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -86,6 +88,9 @@ MECHANISMS = {
     "scaler": ("selection/difficulty_level", "selection/difficulty_step"),
     # the greedy probe solved some prompts (the parity reward's even answers) and kept some
     "self_low_likelihood": ("selection/greedy_solved_frac", "selection/kept_groups"),
+    # the nano policy breaks the format: the violated constraint raised its multiplier above its initial 0
+    "constrained_format": ("constraint/multiplier/format_arithmetic", "constraint/violation/format_arithmetic"),
+    "dynamic_reward_weighting": ("reward_weighting/weight_change",),
 }
 
 
@@ -114,11 +119,13 @@ def _parity_reward(completion: str, answer: str) -> float:
 def shrink(config):
     """The recipe's method on the tiny job of tests/test_train.py (same task, model and SFT stage)."""
     tiny = tiny_config()
-    shaping = (config.task.length_shaping, config.task.length_shaping_kwargs)  # the recipe's reward shaping stays
+    task = config.task  # the recipe's reward shaping and extra reward components stay
+    shaping = (task.length_shaping, task.length_shaping_kwargs, task.extra_rewards, task.extra_rewards_mode)
     for section in ("task", "model", "sampling", "sft", "eval", "checkpoint"):
         config[section] = tiny[section]
     config.sft.steps = SFT_STEPS
-    config.task.length_shaping, config.task.length_shaping_kwargs = shaping
+    (config.task.length_shaping, config.task.length_shaping_kwargs, config.task.extra_rewards,
+     config.task.extra_rewards_mode) = shaping
     config.log_every = tiny.log_every
     config.rl.steps = RL_STEPS
     config.rl.num_prompts = tiny.rl.num_prompts

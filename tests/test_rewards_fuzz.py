@@ -24,6 +24,7 @@ REFERENCES = {
     "format_think_answer": ("", (0.0, 1.0)),
     "format_answer_tag": ("", (0.0, 1.0)),
     "format_tool_call": ("", (0.0, 1.0)),
+    "format_arithmetic": ("", (0.0, 1.0)),
 }
 SANDBOXED = {"code", "code_all_pass"}  # one subprocess per example: fewer examples
 

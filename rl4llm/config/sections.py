@@ -268,6 +268,34 @@ class Preference:
                                    Between(0.0, 0.5))
 
 
+REWARD_WEIGHTING = ("none", "dynamic", "constrained")  # rl4llm.train.companions.reward_weighting
+
+
+@_section
+class RewardWeighting:
+    """Weights of the reward components (the main reward, then config.task.extra_rewards) that change from step to
+    step (rl4llm.rl.reward_weighting, train.companions.reward_weighting). 'dynamic': dynamic reward weighting (Lu et
+    al. 2025): r = sum_k w_k r_k, w on the simplex, moved each accumulation_steps RL steps by mirror descent on each
+    reward's gradient influence; the extra_rewards weights (1, w_1, ...) normalised are the initial w. 'constrained':
+    constrained RLHF (Moskovitz et al. 2024): maximise the main reward subject to mean(component) >= threshold for
+    each component in `thresholds`, advantage A_main + sum_i lambda_i A_i, lambda_i >= 0 by projected gradient steps
+    on the violation (the extra_rewards weights then only shape the logged combined reward)."""
+
+    method: str = param("none", "none | dynamic | constrained", OneOf(REWARD_WEIGHTING))
+    regularization: float = param(1e-5, "dynamic: w <- softmax(log w + lr_t * influence / regularization), lr_t the "
+                                  "policy's learning rate (released runs: 1e-5 at lr 1e-6)",
+                                  Between(0.0, 1e9, low_open=True))
+    accumulation_steps: int = param(1, "dynamic: RL steps whose influences are averaged per weight update", AtLeast(1))
+    thresholds: str = param("", "constrained: 'name:threshold,...', each name an extra reward whose batch mean must "
+                            "stay >= threshold")
+    multiplier_lr: float = param(1e-2, "constrained: lambda <- clip(lambda + lr * (threshold - mean), 0, max) "
+                                 "(official lagrange_lr)", Between(0.0, 1e6, low_open=True))
+    multiplier_init: float = param(0.0, "constrained: every lambda's initial value", Between(0.0, 1e6))
+    multiplier_max: float = param(0.0, "constrained: lambda's upper bound; 0: none", Between(0.0, 1e9))
+    normalize: bool = param(False, "constrained: (A_main + sum lambda_i A_i) / (1 + sum lambda_i) instead of the sum",
+                            Boolean())
+
+
 @_section
 class Selection:
     """Prompt selection, replay, rollout allocation, hints, curriculum (rl4llm.data.selection and neighbours)."""
@@ -460,6 +488,8 @@ class RunConfig:
     prime: Prime = param(Prime, "PRIME's implicit PRM")
     reward_model: RewardModel = param(RewardModel, "an outcome reward model: its training and its use in RL")
     preference: Preference = param(Preference, "pairwise preference objectives (online DPO) in place of rl.loss")
+    reward_weighting: RewardWeighting = param(RewardWeighting, "reward components' weights across steps "
+                                              "(dynamic weighting, constrained RLHF)")
     selection: Selection = param(Selection, "prompt selection")
     tree: Tree = param(Tree, "tree rollouts (TreeRL's EPTree)")
     agent: Agent = param(Agent, "multi-turn agents")

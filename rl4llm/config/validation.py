@@ -504,6 +504,67 @@ def _preference_errors(config) -> list[str]:
     return errors
 
 
+_PLAIN_ADVANTAGE_INPUTS = frozenset({"scores", "group_ids", "mask", "num_groups"})
+
+
+def _reward_weighting_errors(config) -> list[str]:
+    """Dynamic weighting and constrained RLHF (`config.reward_weighting`) re-weight the single-turn reward pipeline's
+    components [N, K] each step and run the estimator on each component alone (`train.companions.reward_weighting`):
+    they need extra rewards (constrained: a threshold on each constrained one), an estimator of the scores alone,
+    and nothing that changes only the combined reward or carries rows without components."""
+    w, rl, task = config.reward_weighting, config.rl, config.task
+    if w.method == "none":
+        return [f"config.reward_weighting.thresholds={w.thresholds!r}: set but config.reward_weighting.method='none'; "
+                "use method='constrained'"] if w.thresholds else []
+    field = f"config.reward_weighting.method={w.method!r}"
+    try:
+        extras = combine_lib.parse_weights(task.extra_rewards)
+    except ValueError:
+        return []  # reported by _task_errors
+    errors = []
+    if not extras:
+        errors.append(f"config.task.extra_rewards={task.extra_rewards!r}: {field} weighs the main reward against extra "
+                      "reward components, and none is configured; e.g. 'format_arithmetic:1'")
+    try:
+        thresholds = combine_lib.parse_weights(w.thresholds)
+    except ValueError as e:
+        thresholds, errors = {}, errors + [f"config.reward_weighting.thresholds={w.thresholds!r}: {e}"]
+    if w.method == "constrained" and not thresholds:
+        errors.append(f"config.reward_weighting.thresholds={w.thresholds!r}: {field} needs a threshold on at least one "
+                      "extra reward, e.g. 'format_arithmetic:0.9'")
+    if w.method == "dynamic" and any(weight <= 0 for weight in extras.values()):
+        errors.append(f"config.task.extra_rewards={task.extra_rewards!r}: {field} starts from the weights (1, w_1, ...) "
+                      "normalised, which must be > 0 (mirror descent stays on the simplex's interior)")
+    if w.method == "dynamic" and thresholds:
+        errors.append(f"config.reward_weighting.thresholds={w.thresholds!r}: thresholds are for method='constrained'")
+    for name in set(thresholds) - set(extras) if w.method == "constrained" else ():
+        errors.append(f"config.reward_weighting.thresholds: a constraint on {name!r}, a component the task does not "
+                      f"produce (config.task.extra_rewards={task.extra_rewards!r}); constrain one of "
+                      f"{sorted(extras) or 'none'}")
+    extra_inputs = sorted(registry.advantage_inputs(rl.advantage) - _PLAIN_ADVANTAGE_INPUTS) \
+        if rl.advantage in registry.ADVANTAGES else []
+    conflicts = (  # (field, its value, whether it conflicts, why)
+        ("rl.advantage", rl.advantage, bool(extra_inputs), f"reads {extra_inputs} besides the scores; the "
+         "components' advantages need an estimator of the scores alone (grpo, dr_grpo, rloo, ...)"),
+        ("rl.loss", rl.loss, rl.loss in registry.POLICY_LOSSES and "target_advantages" in
+         registry.policy_loss_inputs(rl.loss), "takes targets from the combined reward, not the re-weighted one"),
+        ("task.length_shaping", task.length_shaping, task.length_shaping != "none",
+         "shapes the combined reward only, which the re-weighted components never carry; set it to 'none'"),
+        ("rl.kl_in_reward", rl.kl_in_reward, rl.kl_in_reward, "enters the combined reward only; use rl.kl_coef"),
+        ("reward_model.checkpoint", config.reward_model.checkpoint, bool(config.reward_model.checkpoint),
+         "an RM score is not one of the pipeline's components; set it to ''"),
+        ("preference.loss", config.preference.loss, config.preference.loss != "none",
+         "a pair loss reads no advantages; set it to 'none'"),
+        ("rl.async_rollouts", rl.async_rollouts, rl.async_rollouts, "the weights of a step are read when its batch "
+         "is collected, which runs ahead in the background; run synchronously"),
+        ("selection.replay_capacity", config.selection.replay_capacity, config.selection.replay_capacity > 0,
+         "replayed groups keep no reward components; set it to 0"),
+        ("agent.env", config.agent.env, agent_config.is_agent_config(config), "the components come from the "
+         "single-turn reward pipeline"),
+    )
+    return errors + [f"config.{path}={value!r}: {field} {why}" for path, value, bad, why in conflicts if bad]
+
+
 def _critic_errors(config) -> list[str]:
     """PPO's value model (config.critic.*), trained when rl.advantage needs values (rl.advantage="gae"), and
     PRIME's implicit PRM (rl.advantage="prime")."""
@@ -608,6 +669,7 @@ CHECKS = (
     (_off_policy_errors, ("rl",)),
     (_preference_errors, ("rl", "preference")),
     (_critic_errors, ()),
+    (_reward_weighting_errors, ()),
     (_tree_errors, ("rl", "tree", "selection")),
     (_reward_model_errors, ()),
     (_selection_errors, ("rl", "selection")),

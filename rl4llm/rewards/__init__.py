@@ -21,6 +21,7 @@ REWARDS = {
     "countdown": countdown.score,  # TinyZero: 1 right equation, 0.1 well-tagged but wrong, 0 no <answer>
     "code": sandbox.score,  # fraction of the reference tests the sandboxed program passes
     "code_all_pass": sandbox.score_all_pass,  # 1 iff it passes all of them
+    "format_arithmetic": arithmetic.format_score,  # the arithmetic task's worked form 'a+b=c;...#n', nothing else
     "format_think_answer": format_rewards.think_answer,  # <think>..</think><answer>..</answer>
     "format_answer_tag": format_rewards.answer_tag,  # exactly one <answer>..</answer>
     "format_tool_call": format_rewards.tool_call,  # every <tool_call> holds {"name", "arguments"}

@@ -7,6 +7,9 @@ The final answer is the integer after the LAST ``#`` of the completion, matched 
 Answers are compared as integers: ``"#066"`` and ``"#-0"`` match ``"66"`` and ``"0"``. The comparison is
 done on canonical strings (leading zeros stripped, ``-0`` -> ``0``), which equals integer equality without
 ever calling ``int()`` on model output (Python refuses ``int()`` of strings over 4300 digits).
+
+:func:`format_score` (reward ``format_arithmetic``) is the task's format reward: 1 iff the completion is the worked
+form and nothing else, right or wrong (a constraint or bonus beside the correctness, ``config.reward_weighting``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import re
 
 _INTEGER = re.compile(r"(-?)([0-9]+)\s*")
+_WORKED = re.compile(r"(?:-?[0-9]+[-+*]-?[0-9]+=-?[0-9]+;)*#-?[0-9]+\s*")
 
 
 def _canonical(sign: str, digits: str) -> str:
@@ -39,3 +43,11 @@ def score(completion: str, answer: str) -> float:
     if match is None:
         raise ValueError(f"reference answer {answer!r} is not an integer string")
     return 1.0 if extract_answer(completion) == _canonical(match.group(1), match.group(2)) else 0.0
+
+
+def format_score(completion: str, answer: str) -> float:
+    """1.0 iff the completion has the worked form of ``rl4llm.data.arithmetic`` and nothing else: steps
+    ``a<op>b=c;`` then ``#n`` (trailing whitespace allowed), whatever the numbers; the reference answer is ignored
+    (a format reward: a constraint or bonus beside ``score``)."""
+    del answer
+    return 1.0 if _WORKED.fullmatch(completion) else 0.0

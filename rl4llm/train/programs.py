@@ -19,6 +19,7 @@ from rl4llm.train import preference_step
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import epo as epo_lib
 from rl4llm.train.companions import prime as prime_lib
+from rl4llm.train.companions import reward_weighting
 
 def several_updates_per_step(config) -> bool:
     """More than one optimizer update per rollout batch: PPO "old" log-probs need their own pass."""
@@ -67,6 +68,9 @@ class RLPrograms:
     # (log π_φ, log π_ref) [N, T]; prm_step (state, prm_batch) -> (state, metrics).
     prm_logprobs_fn: Callable | None = None
     prm_step: Callable | None = None
+    # Dynamic reward weighting (reward_weighting.method="dynamic"), else None: (state, batch, advantages [K, N, T],
+    # key) -> the Gram matrix [K, K] of the K components' policy gradients.
+    component_gram_fn: Callable | None = None
 
 
 def _micro_batched(fn: Callable, micro_batch_size: int, mesh, params, tokens, attention_mask):
@@ -134,6 +138,8 @@ def build_rl_programs(config, setup, optimizer, *, state=None) -> RLPrograms:
             prm_logprobs_fn=prime_lib.make_logprobs_fn(setup.model_cfg, pcfg, config.sampling.max_new_tokens),
             prm_step=prime_lib.make_prm_step(setup.model_cfg, pcfg, prm_optimizer),
         )
+    if config.reward_weighting.method == "dynamic":
+        extra_programs["component_gram_fn"] = reward_weighting.make_gram_fn(setup.model_cfg, lcfg)
     return RLPrograms(
         optimizer=optimizer,
         learner_step=learner_lib.make_learner_step(setup.model_cfg, lcfg, optimizer, setup.layout, state),

@@ -26,6 +26,7 @@ from rl4llm.train import learner as learner_lib
 from rl4llm.train import rollouts
 from rl4llm.train import setup as setup_lib
 from rl4llm.train.companions import critic as critic_lib
+from rl4llm.train.companions import reward_weighting
 from rl4llm.train.programs import several_updates_per_step
 from rl4llm.train.setup import Setup
 from rl4llm.train.step import RolloutBatch
@@ -115,11 +116,17 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
     host_metrics.update({**metrics, **device_metrics})
     advantage_inputs = registry.advantage_inputs(rl.advantage)
     adv_scores = products.pop("scores", jnp.asarray(scores))  # KL in the reward: Σ_t token rewards
-    advantages, returns = inputs_lib.advantages(
-        adv_scores, data.group_ids, mask, name=rl.advantage,
-        num_groups=rl.num_prompts, kwargs=tuple(sorted(inputs_lib.advantage_kwargs(config).items())),
-        **{k: v for k, v in products.items() if k in advantage_inputs},
-    )
+
+    def estimate(s):  # the run's estimator on rewards s [N] -> (advantages [N, T], value targets or None)
+        return inputs_lib.advantages(s, data.group_ids, mask, name=rl.advantage, num_groups=rl.num_prompts,
+                                     kwargs=tuple(sorted(inputs_lib.advantage_kwargs(config).items())),
+                                     **{k: v for k, v in products.items() if k in advantage_inputs})
+
+    reweighted = reward_weighting.weighted_advantages(config, state, components, lambda s: estimate(s)[0])
+    if reweighted is None:
+        (advantages, returns), reward_components = estimate(adv_scores), None
+    else:  # config.reward_weighting: advantages of the re-weighted components, no value targets
+        (advantages, reward_components), returns = reweighted, None
     host_metrics["useful_frac"] = useful_fraction(advantages, mask)
     critic_batch = None
     if returns is not None:
@@ -130,7 +137,7 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
         step=step, params_version=step if params_version is None else params_version,
         batch=learner_batch(config, data, rollout, adv_scores, advantages), critic_batch=critic_batch,
         prm_batch=products.get("prm_batch"), current_kl=products.get("current_kl"), host_metrics=host_metrics,
-        t_gen=t_gen, selection=selection,
+        t_gen=t_gen, selection=selection, reward_components=reward_components,
     )
 
 

@@ -33,6 +33,7 @@ class RolloutBatch:
     host_metrics: dict  # rewards, lengths, value metrics, ... of the rollout
     t_gen: float  # seconds of generation and host scoring
     selection: Any = None  # the prompt selection's state after choosing this step's prompts (config.selection), or None
+    reward_components: Any = None  # re-weighted runs: companions.reward_weighting.ComponentBatch, else None
 
 
 def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatch, step: int):
