@@ -239,9 +239,11 @@ def test_observation_tokens_get_no_loss_kl_or_entropy():
     obs_turn = np.array(traj.obs_turn_id)
     for row in range(tokens.shape[0]):
         end = int(attention[row].sum())
-        tokens[row, end:end + 3] = tokenizer().encode("okz")
-        attention[row, end:end + 3] = True
-        obs_turn[row, end:end + 3] = int(traj.num_turns[row]) - 1
+        segment = tokenizer().encode("okz")[: tokens.shape[1] - end]  # what fits after the row's last action
+        tokens[row, end:end + len(segment)] = segment
+        attention[row, end:end + len(segment)] = True
+        obs_turn[row, end:end + len(segment)] = int(traj.num_turns[row]) - 1
+    assert (attention.sum(1) > np.asarray(traj.attention_mask).sum(1)).mean() > 0.5  # most rows got a segment
     appended = traj.replace(tokens=tokens, attention_mask=attention, obs_turn_id=obs_turn)
     params_b, metrics_b = _update(appended, advantages)
     for key in ("loss/pg", "loss/kl", "kl", "entropy", "grad_norm", "logp_gap_sampler_learner"):

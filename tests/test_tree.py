@@ -268,6 +268,7 @@ def test_fork_points_are_each_trees_most_surprising_tokens():
     for row in np.flatnonzero(parent < 0):
         surprise = np.where(mask[row], -logprobs[row], -np.inf)
         best = np.sort(surprise)[::-1][: shape.branch_points]
+        best = np.where(np.isfinite(best), best, best[0])  # fewer candidates than N: the best one repeated
         picked = fork[parent == row]
         assert len(picked) == shape.branch_points * shape.branches
         np.testing.assert_allclose(np.sort(surprise[picked])[::-1][:: shape.branches], best)
