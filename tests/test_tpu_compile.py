@@ -114,3 +114,19 @@ def test_planner_ranks_every_layout_of_the_slice_without_compiling():
     assert all(p.memory is None and p.phases for p in estimate)
     seconds, model_flops = aot.step_estimate(estimate, tpu.CHIPS["v5e"], 4)
     assert seconds > 0 and model_flops > 0
+
+
+def test_chunked_sampler_compiles_at_the_chunk_shape():
+    """sampling.rows_per_call = 4 of the step's 8 rows: the sampler compiles for one call of 4 rows (one prompt's
+    group), run twice per step, each call half the decode FLOPs of the one-call sampler."""
+    config = small_run("tiny", (1, 4, 1))
+    devices = tpu.topology_devices("v5e:2x2")
+    chunked = {p.name: p for p in aot.compile_run(config.replace(sampling={"rows_per_call": 4}), devices, PROMPT_LEN)}
+    whole = {p.name: p for p in aot.compile_run(config, devices, PROMPT_LEN, compile=False)}
+    sampler = chunked["sampler.generate"]
+    assert sampler.fits and sampler.memory.temporaries > 0 and tpu.fits(sampler.memory, tpu.CHIPS["v5e"])
+    assert sampler.calls_per_step == 2 and whole["sampler.generate"].calls_per_step == 1
+    decode = {ph.name: ph.flops for ph in sampler.phases}["decode"]
+    assert decode == flops_lib.decode_flops(models.get_config("tiny"), ROWS // 2, PROMPT_LEN, NEW_TOKENS)
+    assert 2 * decode == pytest.approx({ph.name: ph.flops for ph in whole["sampler.generate"].phases}["decode"])
+    assert chunked["learner.step"].calls_per_step == whole["learner.step"].calls_per_step == 1  # the learner as before

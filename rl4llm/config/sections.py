@@ -108,6 +108,8 @@ class Sampling:
     shared_prefix_prefill: bool = param(False, "prefill each prompt once, fork its KV cache to its G rows "
                                         "(fewer FLOPs; rounds differently from the G prefills)", Boolean())
     prompt_bucket: int = param(16, "prompt lengths are multiples of this (few compiled shapes)", AtLeast(1))
+    rows_per_call: int = param(0, "rows per sampler call: the step's groups go R / G prompts at a time through one "
+                               "compiled program, the KV cache of R rows (0: all rows in one call)", AtLeast(0))
 
 
 @_section

@@ -466,6 +466,32 @@ def _tree_errors(config) -> list[str]:
     return errors
 
 
+def _rollout_chunk_errors(config) -> list[str]:
+    """`sampling.rows_per_call` = R: the sampler takes R / G whole groups per call, the same program every call
+    (`train.rollouts.sample_completions`), so R is a multiple of G that divides the step's rows, and every group
+    has G rows, sampled single-turn without a tree."""
+    r, rl = config.sampling.rows_per_call, config.rl
+    if not r:
+        return []
+    field, batch = f"config.sampling.rows_per_call={r}", rl.num_prompts * rl.num_generations
+    errors = []
+    if r % rl.num_generations:
+        errors.append(f"{field}: a call takes whole groups; make it a multiple of config.rl.num_generations="
+                      f"{rl.num_generations}")
+    elif batch % r:
+        errors.append(f"{field}: must divide the step's num_prompts*num_generations={batch} rows (every call the "
+                      "same compiled program)")
+    if config.selection.method == "knapsack":
+        errors.append(f"{field}: config.selection.method='knapsack' gives groups of different sizes; chunks need "
+                      "groups of rl.num_generations")
+    if config.tree.enabled:
+        errors.append(f"{field}: tree rollouts (config.tree.enabled) sample each group as one tree in one call; "
+                      "set it to 0")
+    if agent_config.is_agent_config(config):
+        errors.append(f"{field}: agent runs sample with config.agent's multi-turn sampler; set it to 0")
+    return errors
+
+
 def uses_pairwise_objective(config) -> bool:
     """Whether a pairwise preference loss (`config.preference.loss`, online DPO) replaces `rl.loss`; it needs the
     reference policy whether or not KL is on (`rl.ref_reset_every` then resets the DPO reference)."""
@@ -671,6 +697,7 @@ CHECKS = (
     (_critic_errors, ()),
     (_reward_weighting_errors, ()),
     (_tree_errors, ("rl", "tree", "selection")),
+    (_rollout_chunk_errors, ("rl", "sampling", "tree", "selection")),
     (_reward_model_errors, ()),
     (_selection_errors, ("rl", "selection")),
     (agent_config.agent_config_errors, ()),

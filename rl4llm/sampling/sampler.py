@@ -241,6 +241,25 @@ def sample_tokens(logits: jax.Array, key: jax.Array, cfg: SamplingConfig, temper
     return tokens, jnp.take_along_axis(log_probs, tokens[:, None], axis=-1)[:, 0]
 
 
+def row_keys(key: jax.Array, row_offset: jax.Array | int, num_rows: int) -> jax.Array:
+    """Each row's own PRNG key [N]: fold_in(key, row_offset + n). A row's draws depend on its index in the whole
+    batch only, never on how many rows share its call (`sample_rows`)."""
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, row_offset + jnp.arange(num_rows, dtype=jnp.int32))
+
+
+def sample_rows(logits: jax.Array, keys: jax.Array, step: jax.Array | int, cfg: SamplingConfig,
+                temperature: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """`sample_tokens` row by row, row n drawing with key fold_in(keys[n], step): logits [N, V], keys [N] (`row_keys`),
+    temperature None or [N]. Rows [a, b) of a batch give what the same rows give in any other batch, so a
+    rollout generated in chunks of rows (each with its `row_offset`) equals the one-call rollout."""
+    def one(row_key, row_logits, row_temperature):
+        return sample_tokens(row_logits[None], jax.random.fold_in(row_key, step), cfg,
+                             None if row_temperature is None else row_temperature[None])
+
+    tokens, logprobs = jax.vmap(one)(keys, logits, temperature)
+    return tokens[:, 0], logprobs[:, 0]
+
+
 class _DecodeState(flax.struct.PyTreeNode):
     step: jax.Array        # [] int32, index of the token to sample next
     cache: KVCache
@@ -255,15 +274,19 @@ class _DecodeState(flax.struct.PyTreeNode):
 @functools.partial(jax.jit, static_argnames=("model_cfg", "sampling_cfg"))
 def generate(model_cfg: ModelConfig, params: Params, prompt_tokens: jax.Array,
              prompt_mask: jax.Array, key: jax.Array, sampling_cfg: SamplingConfig,
-             prompt_index: jax.Array | None = None, entropy_stats: jax.Array | None = None) -> Rollout:
+             prompt_index: jax.Array | None = None, entropy_stats: jax.Array | None = None,
+             row_offset: jax.Array | int = 0) -> Rollout:
     """Samples T = sampling_cfg.max_new_tokens tokens after each (left-padded) prompt.
 
     prompt_tokens: [B, P] int32; prompt_mask: [B, P] bool/0-1. Prefill writes the prompts to a KV cache
     of P + T slots; RoPE positions come from the mask, so padding does not shift them. prompt_index: None (the
     N = B rows are the prompts), or [N] int32 in [0, B): row n continues prompt prompt_index[n], whose prefill
     (cache row and next-token logits) is computed once and forked to its rows (`fork_rows`), so a group of G
-    completions of one prompt pays for one prefill instead of G. Token t is drawn with key fold_in(key, t); the
-    decode loop stops once every row has emitted a stop token or T tokens exist. entropy_stats: HAPO's
+    completions of one prompt pays for one prefill instead of G. Token t of row n is drawn with key
+    fold_in(fold_in(key, row_offset + n), t) (`row_keys`, `sample_rows`): row_offset (traced: no recompile) is the
+    index of this call's first row in the whole rollout, so generating a batch in chunks of rows, each with its
+    offset, gives the rows of one call (`train.rollouts.sample_completions`). The decode loop stops once every row
+    has emitted a stop token or T tokens exist. entropy_stats: HAPO's
     (median, std, scale_pos, scale_neg) [4], required with sampling_cfg.temperature_tau > 0 (`entropy_temperature`
     sets each token's temperature; Rollout.temperatures records them). Jitted with both configs static: the same
     shapes and configs never recompile. Log-probs follow the module docstring convention.
@@ -288,13 +311,14 @@ def generate(model_cfg: ModelConfig, params: Params, prompt_tokens: jax.Array,
                                                               prompt_index)
     n = prompt_tokens.shape[0]
     prompt_len = prompt_mask.sum(-1).astype(jnp.int32)  # [N]
+    keys = row_keys(key, row_offset, n)
 
     def sample(state: _DecodeState) -> _DecodeState:
         """Draws token `step` from `state.logits` and records it."""
         temperature, temperatures = None, None
         if entropy_stats is not None:
             temperature = entropy_temperature(state.logits, cfg.temperature, entropy_stats, cfg.temperature_tau)
-        token, logprob = sample_tokens(state.logits, jax.random.fold_in(key, state.step), cfg, temperature)
+        token, logprob = sample_rows(state.logits, keys, state.step, cfg, temperature)
         live = ~state.done
         token = jnp.where(live, token, cfg.pad_id)
         done = state.done | (live & jnp.isin(token, stop_ids))

@@ -38,6 +38,7 @@ from rl4llm.train import aot_costs
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import loop
 from rl4llm.train import programs as programs_lib
+from rl4llm.train import rollouts
 from rl4llm.train import setup as setup_lib
 from rl4llm.train import state as state_lib
 from rl4llm.train.companions import critic as critic_lib
@@ -172,23 +173,26 @@ def rollout_rows(config) -> int:
 
 def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
                      build: Callable = compile_program) -> list[Program]:
-    """The sampler's `generate` (prefill + decode loop) on the sampler mesh over the step's N = prompts x G rows,
-    and, when the sampler has its own layout, the learner -> sampler reshard of the weights; each made a Program
-    by `build` (`compile_program`)."""
+    """The sampler's `generate` (prefill + decode loop) on the sampler mesh over the rows of one call (the step's
+    N = prompts x G rows, or `sampling.rows_per_call` of them, called N / rows_per_call times per step:
+    `rollouts.sample_completions`), and, when the sampler has its own layout, the learner -> sampler reshard of the
+    weights; each made a Program by `build` (`compile_program`)."""
     model_cfg, mesh = layout.model_cfg, layout.meshes.sampler
-    n = rollout_rows(config)
+    per_call = rollouts.prompts_per_call(config, config.rl.num_prompts)
+    n, calls = per_call * config.rl.num_generations, config.rl.num_prompts // per_call
     sampling_cfg = sampling.SamplingConfig(
         max_new_tokens=config.sampling.max_new_tokens, temperature=config.sampling.temperature,
         top_k=config.sampling.top_k, top_p=config.sampling.top_p, min_p=config.sampling.min_p,
         stop_token_ids=(0,), pad_id=0)
-    prompts = config.rl.num_prompts if config.sampling.shared_prefix_prefill else n  # rows prefilled
+    prompts = per_call if config.sampling.shared_prefix_prefill else n  # rows prefilled
     sampler_params = sharded(params, rules_lib.tree_shardings(mesh, params, model_cfg, layout.rules))
     args = (sampler_params, SDS((prompts, prompt_len), jnp.int32, sharding=layout.sampler_rows(prompts)),
             SDS((prompts, prompt_len), jnp.bool_, sharding=layout.sampler_rows(prompts)), key_struct(mesh),
-            SDS((n,), jnp.int32, sharding=layout.sampler_rows(n)) if config.sampling.shared_prefix_prefill else None)
+            SDS((n,), jnp.int32, sharding=layout.sampler_rows(n)) if config.sampling.shared_prefix_prefill else None,
+            SDS((), jnp.int32, sharding=rules_lib.replicated(mesh)))  # row_offset
     costs = aot_costs.Costs(model_cfg, dict(mesh.shape))
     out = [build("sampler.generate", layout.generate_program(sampling_cfg), args,
-                 costs.generate(n, prompt_len, sampling_cfg.max_new_tokens, prompts))]
+                 costs.generate(n, prompt_len, sampling_cfg.max_new_tokens, prompts), calls)]
     if layout.meshes.placement == "colocated":
         reshard = jax.jit(lambda p: p, out_shardings=jax.tree.map(lambda s: s.sharding, sampler_params))
         out.append(build("weights.learner_to_sampler", reshard, (params,), costs.transfer(params, sampler_params)))

@@ -18,12 +18,46 @@ from rl4llm.train import batches
 from rl4llm.train import prompt_selection
 from rl4llm.train.setup import Setup
 
-def generate(setup: Setup, params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index=None
+def generate(setup: Setup, params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index=None, row_offset=0
              ) -> sampling.Rollout:
     """`sampling.generate`, on the sampler mesh when the run has a mesh (`Layout.generate`)."""
     if setup.layout is None:
-        return sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index)
-    return setup.layout.generate(params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index)
+        return sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index,
+                                 row_offset=row_offset)
+    return setup.layout.generate(params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index, row_offset)
+
+
+def prompts_per_call(config, num_prompts: int) -> int:
+    """Prompts the sampler takes per call: `sampling.rows_per_call` / `rl.num_generations` (whole groups), or all
+    `num_prompts` of the call at once when rows_per_call is 0."""
+    return config.sampling.rows_per_call // config.rl.num_generations or num_prompts
+
+
+def sample_completions(config, setup: Setup, params, prompt_tokens, prompt_mask, counts: np.ndarray, key,
+                       sampling_cfg) -> dict:
+    """`counts[i]` completions of each prompt i of [B, P] (in order), drawn with `sampling_cfg`, as host arrays
+    [sum(counts), ...] by Rows field. The prompts go to the sampler K = `prompts_per_call` at a time, the last call filled up with copies
+    of the last prompt (their rows dropped), so that every call runs the one compiled program of K prompts x g rows
+    (`sampling.rows_per_call`; validation makes the counts all g then). Call c starts at row c*K*g of the whole
+    rollout (`sampling.generate`'s row_offset: each row draws from its own key stream), so the rows are those one
+    call of all B prompts gives, up to float rounding of the different batch shapes. Every call is dispatched before
+    the first is read back, and only one call's KV cache (K*g rows) is live at a time."""
+    b, k = len(counts), prompts_per_call(config, len(counts))
+    calls = -(-b // k)
+    order = np.minimum(np.arange(calls * k), b - 1)  # prompts by call; the last call padded with the last prompt
+    rollouts = []
+    for c in range(calls):
+        chunk = order[c * k:(c + 1) * k]
+        prompt_index = np.repeat(np.arange(k, dtype=np.int32), counts[chunk])
+        tokens, mask = prompt_tokens[chunk], prompt_mask[chunk]
+        offset = int(counts[order[:c * k]].sum())
+        if config.sampling.shared_prefix_prefill:  # each prompt prefilled once, its KV cache forked to its rows
+            rollouts.append(generate(setup, params, tokens, mask, key, sampling_cfg, prompt_index, offset))
+        else:
+            rollouts.append(generate(setup, params, tokens[prompt_index], mask[prompt_index], key, sampling_cfg,
+                                     row_offset=offset))
+    parts = [_completions(r) for r in rollouts]
+    return {f: np.concatenate([p[f] for p in parts])[:int(counts.sum())] for f in parts[0]}
 
 
 def step_prompts(config, setup: Setup, step: int):
@@ -104,17 +138,13 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     -> (`prompt_selection.Rows` [sum(counts) + traces], reward metrics)."""
     counts = np.asarray(counts)
     prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
-    prompt_index = np.repeat(np.arange(len(prompts), dtype=np.int32), counts)
     tree_metrics = {}
     sampling_cfg = setup.eval_spec.greedy if greedy else setup.rollout_cfg
     if config.tree.enabled:  # each group is one tree of counts[i] = M(1 + LNT) paths (validation)
         completions, tree_metrics = tree_completions(config, setup, params, prompt_tokens, prompt_mask, key)
-    elif config.sampling.shared_prefix_prefill:  # each prompt prefilled once, its KV cache forked to its rows
-        completions = _completions(generate(setup, params, prompt_tokens, prompt_mask, key, sampling_cfg,
-                                            prompt_index))
     else:
-        completions = _completions(generate(setup, params, prompt_tokens[prompt_index], prompt_mask[prompt_index],
-                                            key, sampling_cfg))
+        completions = sample_completions(config, setup, params, prompt_tokens, prompt_mask, counts, key,
+                                         sampling_cfg)
     completions["off_policy"] = np.zeros(int(counts.sum()), bool)
     sizes = counts
     if traces is not None:
