@@ -3,8 +3,8 @@
 Run:
     python -m experiments.train --workdir=/tmp/rl4llm/default
 
-Reaches (2-core CPU, idle, 240 s in all, commit cbdfc75): held-out greedy accuracy 0.379 after the SFT warm start,
-0.635 after 100 GRPO steps (+25.6 points); pass@1 0.281 -> 0.393, pass@4 0.641 -> 0.779. The warm start varies with
+Reaches (2-core CPU, idle, 199 s in all, commit deb3fae): held-out greedy accuracy 0.379 after the SFT warm start,
+0.611 after 100 GRPO steps (+23.2 points); pass@1 0.286 -> 0.393, pass@4 0.635 -> 0.762. The warm start varies with
 the seed and with float rounding (0.37-0.57 greedy; README, "What the main job ...").
 
 Override any field from the command line, e.g.
