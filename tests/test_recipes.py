@@ -108,6 +108,9 @@ TINY_SCALE = {
     "rlve": {"selection.difficulty_min_prompts": 4, "selection.difficulty_threshold": 0.5},
     # TreeRL's (6, 2, 1, 2) tree is 30 rows; the tiny job's groups of 4 are trees (2, 1, 1, 1): 2 paths, 1 fork each
     "treerl": {"tree.initial_paths": 2, "tree.branch_points": 1, "tree.branches": 1, "tree.iterations": 1},
+    # the weight step is scaled by the policy's current learning rate, 0 at the first update of a warm-up: without
+    # one, both steps can move the weights (a step whose groups all have uniform rewards cannot)
+    "dynamic_reward_weighting": {"rl.warmup_steps": 0},
 }
 
 

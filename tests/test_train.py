@@ -483,10 +483,12 @@ def test_reward_rises_in_a_short_run(tmp_path, monkeypatch):
 
 def test_canon_runs_from_its_config_on_each_responses_mean_entropy(tmp_path, monkeypatch):
     """CANON (`rl.advantage="canon"`) splits each group by the responses' mean token entropy, which the loop's
-    behaviour pass supplies as `seq_metric`; with mixed rewards its advantages reach the loss."""
-    monkeypatch.setitem(rewards.REWARDS, "answer_is_even", _answer_is_even)
+    behaviour pass supplies as `seq_metric`; with mixed rewards its advantages reach the loss. The reward is the
+    completion's length parity, mixed within almost every group of the near-uniform nano policy (an answer-based
+    reward is all 0 for most groups of it)."""
+    monkeypatch.setitem(rewards.REWARDS, "even_length", lambda completion, answer: float(len(completion) % 2 == 0))
     config = tiny_config(steps=1, advantage="canon")
-    config.task.reward = "answer_is_even"
+    config.task.reward = "even_length"
     assert programs.needs_behaviour_pass(config)
     job.run(config, str(tmp_path / "run"))
     (record,) = metrics_lib.read_metrics(str(tmp_path / "run"), "rl")
