@@ -10,7 +10,15 @@ r"""The benchmark workloads of shared/bench/WORKLOADS.md, on the project's own s
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m experiments.benchmark --workload grpo_step \
         --model tiny --mesh 2,2,2
 
+    python -m experiments.benchmark --workload grpo_step --model qwen2.5-0.5b --dtype bfloat16   # on a GPU
+    python -m experiments.benchmark --memory_probe --model qwen2.5-0.5b --dtype bfloat16 --remat none
+
 Prints ONE JSON line, then a short human table.
+
+Utilisation (every record): learn_tflop_s = the learner step's model FLOPs (policy forward + backward + reference
+forward, `models.flops`) / learn_s; gen_hbm_gb_s = the HBM bytes generation must stream (`train.aot_costs`: every
+weight and the whole KV cache per decode step) / gen_s. On an accelerator listed in `ACCELERATORS` with a bf16 model,
+`mfu` and `gen_hbm_frac` divide them by its datasheet peaks (None elsewhere).
 
 grpo_step: 8 prompts x 8 samples of 32 random prompt tokens, 64 new tokens each (temperature 1, no
 top-k / top-p), reward = fraction of even token ids in the completion (numpy, on the host), GRPO
@@ -72,12 +80,14 @@ from rl4llm import models
 from rl4llm.rewards import pool as reward_pool
 from rl4llm.rewards import sandbox
 from rl4llm.models import config as model_config
+from rl4llm.models import flops as flops_lib
 from rl4llm.models import value_head
 from rl4llm import sampling
 from rl4llm.parallel import layout as layout_lib
 from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.rl import registry
 from rl4llm.rl import advantages as advantages_lib
+from rl4llm.train import aot_costs
 from rl4llm.train import batches
 from rl4llm.train import host_memory
 from rl4llm.train import learner
@@ -86,6 +96,13 @@ from rl4llm.train.companions import critic as critic_lib
 
 PAD_ID = 0
 MIB = 1 << 20
+
+# Datasheet peaks of the accelerators the figures are reported on: dense bf16 FLOP/s, HBM bytes/s (NVIDIA H100 SXM and
+# H200 product pages: 989 TFLOP/s bf16 dense; 3.35 and 4.8 TB/s). Keyed by `jax.Device.device_kind`.
+ACCELERATORS = {
+    "NVIDIA H100 80GB HBM3": (989e12, 3.35e12),
+    "NVIDIA H200": (989e12, 4.8e12),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +139,11 @@ _WORKLOAD = flags.DEFINE_enum("workload", "grpo_step", [*WORKLOADS, *REWARD_WORK
 _REWARD_COMPLETIONS = flags.DEFINE_integer("reward_completions", 1000, "reward_throughput: completions scored.",
                                            lower_bound=1)
 _REWARD_WORKERS = flags.DEFINE_integer("reward_workers", 2, "reward_throughput: scoring processes.", lower_bound=1)
-_MODEL = flags.DEFINE_enum("model", "tiny", ["tiny", "small"], "Model preset (rl4llm.models presets).")
+_MODEL = flags.DEFINE_enum("model", "tiny", ["tiny", "small", "qwen2.5-0.5b"],
+                           "Model preset (rl4llm.models presets); qwen2.5-0.5b is the accelerator scale.")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
+                           "Parameter and compute dtype (softmax and norms stay float32); WORKLOADS.md's CPU figures "
+                           "are float32, the accelerator ones bfloat16.")
 _STEPS = flags.DEFINE_integer("steps", None, "Timed steps after the warm-up; default 5 for tiny, 3 for small.",
                               lower_bound=1)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the weights, the prompts and the sampler.")
@@ -391,18 +412,60 @@ def _round(x: float | None) -> float | None:
     return None if x is None else float(f"{x:.5g}")
 
 
-def summarize(wl: Workload, model: str, compile_s: float, timed: list[dict[str, float]]) -> dict:
+def accelerator_peaks(model_cfg: models.ModelConfig) -> tuple[float, float] | None:
+    """(peak FLOP/s, HBM bytes/s) of the device the run is on, from `ACCELERATORS`; None on an unlisted device or
+    for a float32 model (the table holds bf16 peaks)."""
+    if model_cfg.dtype != "bfloat16":
+        return None
+    return ACCELERATORS.get(jax.devices()[0].device_kind)
+
+
+def learner_model_flops(model_cfg: models.ModelConfig, rows: int, prompt_len: int, new_tokens: int,
+                        prompt_group: int = 1) -> float:
+    """Model FLOPs of one learner step (what MFU counts; `models.flops`): the policy's forward and backward
+    (3 x the forward) and the KL reference's forward, each over rows x (prompt + completion) tokens with logits for
+    the completion (each group's prompt once with `prompt_group` > 1). Rematerialisation is not counted."""
+    return 4 * flops_lib.learner_forward_flops(model_cfg, rows, prompt_len + new_tokens, new_tokens, prompt_group)
+
+
+def generation_hbm_bytes(model_cfg: models.ModelConfig, wl: Workload) -> float:
+    """HBM bytes generation streams at least (`train.aot_costs.Costs.generate`): the weights once for the prefill,
+    then per decode step every weight and the whole KV cache [rows, Hkv, P+T, D] per layer."""
+    phases = aot_costs.Costs(model_cfg, {}).generate(wl.batch, wl.prompt_len, wl.new_tokens)
+    return sum(p.hbm_bytes_per_chip for p in phases)
+
+
+def utilisation(model_cfg: models.ModelConfig, wl: Workload, gen_s: float, learn_s: float | None,
+                prompt_group: int) -> dict:
+    """Achieved rates against the analytic counts: learn_tflop_s = learner model FLOPs / learn_s, gen_hbm_gb_s =
+    generation's HBM bytes / gen_s; on a listed accelerator with a bf16 model, their fractions of its peaks (MFU,
+    gen_hbm_frac). gen_s includes the prefill, the completions' copy to the host and the host reward, so the
+    fraction is a lower bound on the decode loop's."""
+    gen_bytes = generation_hbm_bytes(model_cfg, wl)
+    learn_flops = learner_model_flops(model_cfg, wl.batch, wl.prompt_len, wl.new_tokens, prompt_group)
+    peaks = accelerator_peaks(model_cfg)
+    return {
+        "gen_hbm_gb_s": _round(gen_bytes / gen_s / 1e9),
+        "gen_hbm_frac": _round(gen_bytes / gen_s / peaks[1]) if peaks else None,
+        "learn_tflop_s": _round(learn_flops / learn_s / 1e12) if learn_s else None,
+        "mfu": _round(learn_flops / learn_s / peaks[0]) if peaks and learn_s else None,
+    }
+
+
+def summarize(model_cfg: models.ModelConfig, wl: Workload, model: str, compile_s: float,
+              timed: list[dict[str, float]], prompt_group: int = 1) -> dict:
     """The JSON record of WORKLOADS.md from the compile time and the timed steps' wall times (medians);
-    ppo_step adds critic_s."""
+    ppo_step adds critic_s; `utilisation` adds the achieved FLOP/s and HBM bandwidth."""
     median = lambda k: statistics.median(t[k] for t in timed)
     step_s, gen_s = median("step_s"), median("gen_s")
     learn_s = median("learn_s") if wl.learn else None
     return {
-        "framework": "rl4llm", "workload": wl.name, "model": model,
+        "framework": "rl4llm", "workload": wl.name, "model": model, "dtype": model_cfg.dtype,
         "step_s": _round(step_s), "gen_s": _round(gen_s), "gen_tok_s": _round(wl.batch * wl.new_tokens / gen_s),
         **({"critic_s": _round(median("critic_s"))} if wl.critic else {}),
         "learn_s": _round(learn_s),
         "learn_tok_s": _round(wl.batch * (wl.prompt_len + wl.new_tokens) / learn_s) if wl.learn else None,
+        **utilisation(model_cfg, wl, gen_s, learn_s, prompt_group),
         "peak_rss_mb": _round(peak_rss_mb()), "compile_s": _round(compile_s),
         **environment(),
     }
@@ -428,7 +491,8 @@ def run_workload(model_cfg: models.ModelConfig, model: str, wl: Workload, steps:
     for step in range(steps + 1):
         state, step_times = timed_step(model_cfg, wl, programs, state, prompts, jax.random.fold_in(key, step))
         times.append(step_times)
-    return {**summarize(wl, model, compile_s, times[1:]), **({"mesh": mesh} if mesh else {})}
+    prompt_group = wl.group_size if shared_prompt else 1
+    return {**summarize(model_cfg, wl, model, compile_s, times[1:], prompt_group), **({"mesh": mesh} if mesh else {})}
 
 
 def probe_batch(wl: Workload, vocab_size: int, seed: int) -> learner.LearnerBatch:
@@ -455,11 +519,16 @@ def memory_probe(model_cfg: models.ModelConfig, model: str, wl: Workload, logpro
     compiled = step.lower(state, batch, key).compile()
     compile_s = time.perf_counter() - t0
     stats = compiled.memory_analysis()
-    step_s = None
-    if execute:
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(state, batch, key))
-        step_s = time.perf_counter() - t0
+    step_s = learn_flops = None
+    if execute:  # one warm-up call, then the median of 3 (the step donates the state: each call takes the last's)
+        times = []
+        for _ in range(4):
+            t0 = time.perf_counter()
+            state, _ = jax.block_until_ready(compiled(state, batch, key))
+            times.append(time.perf_counter() - t0)
+        step_s = statistics.median(times[1:])
+        learn_flops = learner_model_flops(model_cfg, wl.batch, wl.prompt_len, wl.new_tokens)
+    peaks = accelerator_peaks(model_cfg)
     return {
         "framework": "rl4llm", "workload": wl.name, "model": model, "batch": wl.batch,
         "prompt_len": wl.prompt_len, "completion_len": wl.new_tokens, "micro_batch_size": micro_batch_size,
@@ -469,6 +538,8 @@ def memory_probe(model_cfg: models.ModelConfig, model: str, wl: Workload, logpro
         "temp_mb": _round(stats.temp_size_in_bytes / MIB), "argument_mb": _round(stats.argument_size_in_bytes / MIB),
         "output_mb": _round(stats.output_size_in_bytes / MIB), "alias_mb": _round(stats.alias_size_in_bytes / MIB),
         "peak_rss_mb": _round(peak_rss_mb()), "step_s": _round(step_s), "compile_s": _round(compile_s),
+        "learn_tflop_s": _round(learn_flops / step_s / 1e12) if step_s else None,
+        "mfu": _round(learn_flops / step_s / peaks[0]) if step_s and peaks else None,
         **environment(),
     }
 
@@ -487,9 +558,10 @@ def notes(workload: str) -> list[str]:
 
 def table(record: dict) -> str:
     """A short human table of a record: one `name  value` row per figure, then the notes."""
-    rows = [f"{record['framework']} {record['workload']} {record['model']} ({record['devices']}, float32)"]
+    dtype = record.get("dtype", "float32")
+    rows = [f"{record['framework']} {record['workload']} {record['model']} ({record['devices']}, {dtype})"]
     rows += [f"  {k:<20s}{v}" for k, v in record.items()
-             if k not in ("framework", "workload", "model", "devices", "versions") and v is not None]
+             if k not in ("framework", "workload", "model", "dtype", "devices", "versions") and v is not None]
     rows += [f"  note: {n}" for n in notes(record["workload"])]
     return "\n".join(rows)
 
@@ -504,6 +576,8 @@ def main(argv):
         return
     overrides = {name: flag.value for name, flag in (("remat", _REMAT), ("attention_query_chunk", _QUERY_CHUNK))
                  if flag.value is not None}
+    if _DTYPE.value != "float32":
+        overrides.update(dtype=_DTYPE.value, param_dtype=_DTYPE.value)
     model_cfg = models.get_config(_MODEL.value, **overrides)
     if _MEMORY_PROBE.value:
         record = memory_probe(model_cfg, _MODEL.value, MEMORY_PROBE, _CHUNK.value, _PROBE_MICRO_BATCH.value,

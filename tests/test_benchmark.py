@@ -12,8 +12,8 @@ import pytest
 from experiments import benchmark
 from rl4llm import models
 
-FIELDS = {"framework", "workload", "model", "step_s", "gen_s", "gen_tok_s", "learn_s", "learn_tok_s",
-          "peak_rss_mb", "compile_s", "devices", "versions"}
+FIELDS = {"framework", "workload", "model", "dtype", "step_s", "gen_s", "gen_tok_s", "learn_s", "learn_tok_s",
+          "gen_hbm_gb_s", "gen_hbm_frac", "learn_tflop_s", "mfu", "peak_rss_mb", "compile_s", "devices", "versions"}
 NANO = models.get_config("nano")
 GRPO = benchmark.Workload("grpo_step", num_prompts=2, group_size=3, prompt_len=5, new_tokens=6, learn=True)
 PPO = benchmark.Workload("ppo_step", num_prompts=2, group_size=3, prompt_len=5, new_tokens=6, learn=True,
@@ -81,6 +81,27 @@ def test_ppo_critic_update_trains_the_critic_alone():
 def test_sample_only_record(sample_record):
     check_common(sample_record, SAMPLE)
     assert sample_record["learn_s"] is None and sample_record["learn_tok_s"] is None
+    assert sample_record["learn_tflop_s"] is None and sample_record["mfu"] is None
+
+
+def test_utilisation_follows_the_hand_counts(grpo_record):
+    """learn_tflop_s and gen_hbm_gb_s against FLOPs and bytes counted here from the nano config; no peaks on a CPU."""
+    c = NANO
+    e, h, hkv, d, i, v, layers = (c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
+                                  c.vocab_size, c.num_layers)
+    trunk = layers * (2 * e * h * d + 2 * e * hkv * d + 3 * e * i)
+    rows, p, t, g = GRPO.batch, GRPO.prompt_len, GRPO.new_tokens, GRPO.group_size
+    # prompts forwarded once per group (rows / g of them), completions for every row, seeing p + (t+1)/2 keys
+    prompt_fwd = 2 * trunk * (rows // g) * p + 4 * layers * h * d * (rows // g) * p * (p + 1) / 2
+    completion_fwd = 2 * trunk * rows * t + 4 * layers * h * d * rows * t * (p + (t + 1) / 2) + 2 * e * v * rows * t
+    learn_flops = 4 * (prompt_fwd + completion_fwd)  # policy forward + backward (3x) + reference forward
+    assert grpo_record["learn_tflop_s"] == pytest.approx(learn_flops / grpo_record["learn_s"] / 1e12, rel=2e-3)
+    weights = (trunk + e * v) * 4  # float32
+    kv_cache = 2 * layers * rows * hkv * (p + t) * d * 4
+    gen_bytes = weights + (t - 1) * (weights + kv_cache)
+    assert grpo_record["gen_hbm_gb_s"] == pytest.approx(gen_bytes / grpo_record["gen_s"] / 1e9, rel=2e-3)
+    assert grpo_record["mfu"] is None and grpo_record["gen_hbm_frac"] is None  # float32 on a CPU: no listed peak
+    assert grpo_record["dtype"] == "float32"
 
 
 def test_table_lists_the_figures(grpo_record):
