@@ -223,13 +223,24 @@ def make_optimizer() -> optax.GradientTransformation:
                                 b1=0.9, b2=0.999, eps=1e-8)
 
 
+def host_init_params(model_cfg: models.ModelConfig, key: jax.Array) -> dict:
+    """`models.init_params` compiled and run on the host CPU, then put on the default device. The init program
+    slices ~175 weights out of one draw; XLA compiles each slice as its own kernel, and on a GPU that is slow: on an
+    H200 (jax 0.11.2) the 0.5B init program tripped XLA's slow-compile alarm and no 0.5B row finished within 170 s,
+    while the CPU compiles it in ~20 s (2 cores)."""
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        params = models.init_params(model_cfg, jax.device_put(key, cpu))
+    return jax.device_put(params, jax.devices()[0])
+
+
 def init_state(model_cfg: models.ModelConfig, key: jax.Array, optimizer=None, critic: bool = False
                ) -> learner.TrainState:
     """Fresh params, their Adam state and a frozen copy of them as the KL reference (params only without
     an optimizer, for sampling alone); with `critic`, a separate critic (a copy of the decoder + a zero head)
     and its own Adam state."""
     params_key, state_key = jax.random.split(key)  # new buffers: the learner step donates the state
-    params = models.init_params(model_cfg, params_key)
+    params = host_init_params(model_cfg, params_key)
     if optimizer is None:
         return learner.TrainState(params=params, opt_state=None, ref_params=None,
                                   key=jax.random.key_data(state_key))
