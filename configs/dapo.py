@@ -34,7 +34,17 @@ def get_config():
         python -m experiments.train --config=configs/dapo.py --workdir=/tmp/rl4llm/dapo
     Result: see README "Reproductions" (experiments/reproduce.py --study=dapo_ladder).
     """
-    c = default.get_config()
+    c = with_dapo_algorithm(default.get_config(), max_gen_rounds=4, overlong_buffer=8)
+    c.rl.num_minibatches = UPDATES_PER_BATCH
+    c.sampling.max_new_tokens = 40
+    return c
+
+
+def with_dapo_algorithm(c, *, max_gen_rounds: int, overlong_buffer: int):
+    """Sets DAPO's Algorithm 1 on config `c` (in place; returns it): GRPO advantages, PPO-clip with clip-higher
+    (0.2 / 0.28) and dual-clip 10, token-mean loss, no KL, no entropy bonus, dynamic sampling with at most
+    `max_gen_rounds` generation rounds, and the soft overlong punishment with L_cache = `overlong_buffer` tokens
+    below `sampling.max_new_tokens` (factor 1). The batch, schedule and lengths stay the caller's."""
     c.rl.advantage = "grpo"
     c.rl.loss = "ppo_clip"
     c.rl.loss_kwargs.clip_low = 0.2
@@ -43,11 +53,9 @@ def get_config():
     c.rl.agg_mode = "token-mean"
     c.rl.kl_coef = 0.0
     c.rl.entropy_coef = 0.0
-    c.rl.num_minibatches = UPDATES_PER_BATCH
     c.selection.method = "dynamic_sampling"
-    c.selection.max_gen_rounds = 4
-    c.sampling.max_new_tokens = 40
+    c.selection.max_gen_rounds = max_gen_rounds
     c.task.length_shaping = "dapo_overlong"
-    c.task.length_shaping_kwargs.buffer = 8
+    c.task.length_shaping_kwargs.buffer = overlong_buffer
     c.task.length_shaping_kwargs.factor = 1.0
     return c

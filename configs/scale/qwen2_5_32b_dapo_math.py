@@ -1,6 +1,7 @@
 """DAPO on DAPO-Math-17k, full fine-tuning of Qwen2.5-32B at the paper's batch (512 prompts x 16, responses up to
 20k tokens) with chunked rollouts, planned for a v5p-128 slice."""
 
+from configs import dapo
 from configs import qwen2_5_0_5b_gsm8k
 
 
@@ -43,14 +44,11 @@ def get_config():
     --config.mesh.sampler_data=16 --config.mesh.sampler_tensor=4: a quarter of the weights per chip) would read 80 GB
     per token and bring the step to >= 11,885 s, MFU <= 20.8%, with ~80 GB of weights and cache per chip.
     """
-    c = qwen2_5_0_5b_gsm8k.get_config()
+    c = dapo.with_dapo_algorithm(qwen2_5_0_5b_gsm8k.get_config(), max_gen_rounds=10, overlong_buffer=4096)
     c.task.local.train_path = "/data/dapo-math-17k/train.jsonl"
     c.task.local.test_path = "/data/aime-2024/test.jsonl"
     c.task.local.prompt_template = "{prompt}"
     c.task.local.answer_format = "plain"
-    c.task.length_shaping = "dapo_overlong"
-    c.task.length_shaping_kwargs.buffer = 4096
-    c.task.length_shaping_kwargs.factor = 1.0
 
     c.model.preset = "qwen2.5-32b"  # the checkpoint's shapes, for compile_for_tpu without the checkpoint
     c.model.hf_checkpoint = "/data/models/Qwen2.5-32B"
@@ -64,20 +62,10 @@ def get_config():
     c.sampling.prompt_bucket = 2048  # every prompt pads to 2,048 tokens (one shape), verl's max_prompt_length
     c.sampling.rows_per_call = 512
 
-    c.selection.method = "dynamic_sampling"
-    c.selection.max_gen_rounds = 10
     c.rl.num_prompts = 512
     c.rl.num_generations = 16
     c.rl.num_minibatches = 16
     c.rl.micro_batch_size = 64  # one 22.5k-token row per chip per accumulation step
-    c.rl.advantage = "grpo"
-    c.rl.loss = "ppo_clip"
-    c.rl.loss_kwargs.clip_low = 0.2
-    c.rl.loss_kwargs.clip_high = 0.28
-    c.rl.loss_kwargs.dual_clip = 10.0
-    c.rl.agg_mode = "token-mean"
-    c.rl.kl_coef = 0.0
-    c.rl.entropy_coef = 0.0
     c.rl.learning_rate = 1e-6
     c.rl.warmup_steps = 10
     c.rl.weight_decay = 0.1
