@@ -52,6 +52,7 @@ RECIPES = (
     "self_low_likelihood",
     "constrained_format",
     "dynamic_reward_weighting",
+    "brorl",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -91,6 +92,8 @@ MECHANISMS = {
     # the nano policy breaks the format: the violated constraint raised its multiplier above its initial 0
     "constrained_format": ("constraint/multiplier/format_arithmetic", "constraint/violation/format_arithmetic"),
     "dynamic_reward_weighting": ("reward_weighting/weight_change",),
+    # broad groups: 16 rollouts of each of 2 prompts in chunked sampler calls; tokens with a non-zero advantage
+    "brorl": ("useful_frac",),
 }
 
 
@@ -111,6 +114,8 @@ TINY_SCALE = {
     # the weight step is scaled by the policy's current learning rate, 0 at the first update of a warm-up: without
     # one, both steps can move the weights (a step whose groups all have uniform rewards cannot)
     "dynamic_reward_weighting": {"rl.warmup_steps": 0},
+    # the tiny job's 4 x 4 rows as 2 prompts x 16 rollouts, 16 rows per sampler call and per micro-batch
+    "brorl": {"rl.num_prompts": 2, "rl.num_generations": 16, "rl.micro_batch_size": 16, "sampling.rows_per_call": 16},
 }
 
 
