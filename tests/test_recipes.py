@@ -53,6 +53,7 @@ RECIPES = (
     "constrained_format",
     "dynamic_reward_weighting",
     "brorl",
+    "insight",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -94,6 +95,8 @@ MECHANISMS = {
     "dynamic_reward_weighting": ("reward_weighting/weight_change",),
     # broad groups: 16 rollouts of each of 2 prompts in chunked sampler calls; tokens with a non-zero advantage
     "brorl": ("useful_frac",),
+    # the chosen prompts' expected information gain from one more outcome (Beta posterior per prompt)
+    "insight": ("selection/information_gain", "selection/predicted_success"),
 }
 
 

@@ -290,7 +290,7 @@ def test_arithmetic_curriculum_schedule():
         ({"selection.max_gen_rounds": 0}, "config.selection.max_gen_rounds=0: must be an integer >= 1"),
         ({"selection.method": "dots", "selection.replay_capacity": 64}, "config.rl.tis_cap=0: replayed rollouts"),
         ({"selection.method": "uniform", "selection.replay_capacity": 64, "rl.tis_cap": 2.0},
-         "rollout replay needs method 'dots' or 'bots'"),
+         "rollout replay needs method 'dots', 'bots' or 'insight'"),
         ({"selection.method": "bots", "selection.pool_size": 8}, "config.selection.pool_size=8: must be >= "),
         ({"selection.method": "knapsack", "selection.knapsack_min_n": 32}, "knapsack_min_n=32: must be <= "),
         ({"selection.curriculum_steps": 10, "task.name": "countdown"}, "the curriculum schedules the arithmetic"),

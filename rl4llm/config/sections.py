@@ -302,22 +302,22 @@ class RewardWeighting:
 class Selection:
     """Prompt selection, replay, rollout allocation, hints, curriculum (rl4llm.data.selection and neighbours)."""
 
-    method: str = param("uniform", "uniform | dynamic_sampling (DAPO) | accuracy_band (PRIME) | dots | bots | knapsack "
-                        "| adaptive_difficulty (RLVE) | scaler (SCALER) | std_filter (StarPO-S) "
+    method: str = param("uniform", "uniform | dynamic_sampling (DAPO) | accuracy_band (PRIME) | dots | bots | insight "
+                        "| knapsack | adaptive_difficulty (RLVE) | scaler (SCALER) | std_filter (StarPO-S) "
                         "| low_likelihood (SELF)", OneOf(selection_lib.METHODS))
     max_gen_rounds: int = param(3, "dynamic_sampling / accuracy_band / low_likelihood: generation (low_likelihood: "
                                 "greedy probe) rounds per step", AtLeast(1))
     acc_low: float = param(0.2, "accuracy_band: keep groups with acc_low <= mean correctness", Between(0.0, 1.0))
     acc_high: float = param(0.8, "accuracy_band: ... <= acc_high", Between(0.0, 1.0))
-    pool_size: int = param(1024, "dots / bots / knapsack: prompts with per-prompt statistics", AtLeast(1))
+    pool_size: int = param(1024, "dots / bots / insight / knapsack: prompts with per-prompt statistics", AtLeast(1))
     target: float = param(0.5, "dots / bots: target success rate", Between(0.0, 1.0))
     dots_temperature: float = param(1e-3, "DOTS: softmax(-|p - target| / tau) without replacement",
                                     Between(0.0, 1e3, low_open=True))
-    bots_temperature: float = param(0.0, "BOTS: 0 = top-k of the Thompson scores", Between(0.0, 1e3))
-    bots_decay: float = param(0.1, "BOTS lambda (forgetting toward the prior)", Between(0.0, 1.0))
-    bots_implicit_weight: float = param(0.1, "BOTS rho (weight of the implicit evidence)", Between(0.0, 1.0))
-    bots_prior: float = param(1.0, "BOTS alpha_0 = beta_0", Between(0.0, 1e6, low_open=True))
-    replay_capacity: int = param(0, "dots / bots: > 0 replays groups from a FIFO buffer of this many (DOTS: 512)",
+    bots_temperature: float = param(0.0, "BOTS / InSight: 0 = top-k of the Thompson / information scores", Between(0.0, 1e3))
+    bots_decay: float = param(0.1, "BOTS / InSight lambda (forgetting toward the prior)", Between(0.0, 1.0))
+    bots_implicit_weight: float = param(0.1, "BOTS / InSight rho (weight of the implicit evidence)", Between(0.0, 1.0))
+    bots_prior: float = param(1.0, "BOTS / InSight alpha_0 = beta_0", Between(0.0, 1e6, low_open=True))
+    replay_capacity: int = param(0, "dots / bots / insight: > 0 replays groups from a FIFO buffer of this many (DOTS: 512)",
                                  AtLeast(0))
     replay_fresh_fraction: float = param(0.5, "fresh groups per step once the buffer is full (DOTS sigma)",
                                          Between(0.0, 1.0, low_open=True))

@@ -380,10 +380,10 @@ def _replay_errors(config) -> list[str]:
     """Rollout replay (selection.replay_capacity > 0): a per-prompt pool, importance weights, combined rewards."""
     errors = []
     sel, rl = config.selection, config.rl
-    if sel.method not in ("dots", "bots"):
+    if sel.method not in ("dots", "bots", "insight"):
         errors.append(
-            f"config.selection.replay_capacity={sel.replay_capacity}: rollout replay needs method 'dots' or "
-            f"'bots' (per-prompt pool), not {sel.method!r}; set it to 0"
+            f"config.selection.replay_capacity={sel.replay_capacity}: rollout replay needs method 'dots', "
+            f"'bots' or 'insight' (per-prompt pool), not {sel.method!r}; set it to 0"
         )
     if rl.tis_cap <= 0:
         errors.append(

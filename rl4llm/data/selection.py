@@ -17,6 +17,9 @@ Methods (``config.selection.method``; formulas from ``shared/papers/rewards_and_
   groups are replayed (``rl4llm.data.replay``).
 * ``bots`` (BOTS, Trinity-RFT): Beta(α_k, β_k) posterior per prompt, Thompson sample ``p_k ~ Beta`` and take the
   prompts closest to the target success -- :func:`bots_update`, :func:`bots_select`.
+* ``insight`` (InSight, "Efficient RLVR Training via Weighted Mutual Information Data Selection"): the BOTS
+  posterior, and the prompts of largest expected information gain about their success rate from one more outcome,
+  ``I(Y; θ) = h(μ) - E[h(θ)]`` at the posterior mean μ -- :func:`information_gain`, :func:`insight_select`.
 * ``knapsack`` (Knapsack RL): uniform prompts, rollouts per prompt by ``rl4llm.data.allocation``.
 * ``std_filter`` (StarPO-S, RAGEN): roll out ``B / p`` groups, train on the B of largest within-group reward std
   -- :func:`top_std_groups`.
@@ -33,6 +36,8 @@ DOTS's adaptive difficulty ``p̂`` of a prompt is its last measured group succes
 quantity DOTS's attention regressor predicts); a never-measured prompt gets the mean of the measured ones (the
 regressor's prediction with uniform attention weights). BOTS's implicit evidence uses reference pass rates
 ``weak = 0, strong = 1`` for every prompt unless given, so ``p̃_k = c`` is the EMA capability (the batch pass rate).
+InSight's posterior is updated as BOTS's (its paper's forgetting and evidence weights were not available), and its
+weighting of the mutual information was not retrieved: the score here is the unweighted one-outcome BALD gain.
 """
 
 from __future__ import annotations
@@ -41,12 +46,15 @@ from typing import Sequence
 
 import flax
 import numpy as np
+from scipy import special
 
-METHODS = ("uniform", "dynamic_sampling", "accuracy_band", "dots", "bots", "knapsack", "adaptive_difficulty",
-           "std_filter", "scaler", "low_likelihood")
+METHODS = ("uniform", "dynamic_sampling", "accuracy_band", "dots", "bots", "insight", "knapsack",
+           "adaptive_difficulty", "std_filter", "scaler", "low_likelihood")
 # Methods that refill the batch over several generation rounds, and those that select from the prompt pool.
 REFILL_METHODS = ("dynamic_sampling", "accuracy_band")
-POOL_METHODS = ("dots", "bots", "knapsack")
+POOL_METHODS = ("dots", "bots", "insight", "knapsack")
+# Pool methods that keep a Beta posterior per prompt (`bots_update`) and may replay rollouts.
+POSTERIOR_METHODS = ("bots", "insight")
 # Methods that draw problems at difficulty levels of the task's ladder (rl4llm.data.difficulty).
 LEVEL_METHODS = ("adaptive_difficulty", "scaler")
 
@@ -262,3 +270,34 @@ def bots_select(
     or a softmax sample without replacement."""
     p = generator.beta(state.alpha.astype(np.float64), state.beta.astype(np.float64))
     return softmax_sample_without_replacement(-np.abs(p - target), k, temperature, generator)
+
+
+# --------------------------------------------------------------------------------------------- InSight
+
+
+def binary_entropy(p: np.ndarray) -> np.ndarray:
+    """h(p) = -p log p - (1-p) log(1-p) in nats (0 at p = 0 and 1)."""
+    p = np.asarray(p, np.float64)
+    return -(special.xlogy(p, p) + special.xlogy(1 - p, 1 - p))
+
+
+def information_gain(alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:  # [P], [P] -> [P] nats
+    """Expected information about a prompt's success rate θ ~ Beta(α, β) from one more outcome Y ~ Bernoulli(θ)
+    (BALD; InSight's unweighted score):
+
+    ``I(Y; θ) = h(μ) - E[h(θ)]``, μ = α/(α+β), ``E[h(θ)] = ψ(α+β+1) - μ ψ(α+1) - (1-μ) ψ(β+1)`` (ψ digamma).
+
+    ≥ 0; for a fixed μ it shrinks as the evidence α+β grows, for a fixed α+β it peaks at μ = 1/2.
+    """
+    a, b = np.asarray(alpha, np.float64), np.asarray(beta, np.float64)
+    mean = a / (a + b)
+    expected_entropy = special.digamma(a + b + 1) - mean * special.digamma(a + 1) - (1 - mean) * special.digamma(b + 1)
+    return np.maximum(binary_entropy(mean) - expected_entropy, 0.0)
+
+
+def insight_select(state: SelectionState, k: int, generator: np.random.Generator, *, temperature: float = 0.0
+                   ) -> np.ndarray:  # [k] int
+    """InSight: the k prompts of largest `information_gain` of their posterior (temperature 0; ties broken at
+    random) or a softmax sample without replacement. Deterministic in the posterior mean, unlike BOTS's Thompson
+    draw (the paper's choice, for stability)."""
+    return softmax_sample_without_replacement(information_gain(state.alpha, state.beta), k, temperature, generator)

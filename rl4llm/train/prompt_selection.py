@@ -119,7 +119,7 @@ class Selector:
             return self._collect_refill(step, key, generate), state
         if self.method == "knapsack":
             return self._collect_knapsack(state, step, key, generate)
-        if self.method in ("dots", "bots"):
+        if self.method == "dots" or self.method in selection_lib.POSTERIOR_METHODS:
             return self._collect_targeted(state, step, key, generate)
         if self.method in curricula.COLLECTORS:
             return curricula.COLLECTORS[self.method](self, state, step, key, generate)
@@ -205,7 +205,7 @@ class Selector:
         return collected
 
     def _collect_targeted(self, state, step: int, key, generate: GenerateFn) -> tuple[Collected, object]:
-        """DOTS / BOTS from the pool, with rollout replay when configured."""
+        """DOTS / BOTS / InSight from the pool, with rollout replay when configured."""
         b, g = self.num_prompts, self.num_generations
         buf = state.replay
         fresh_n = b if buf is None else replay_lib.num_fresh(b, self.sel.replay_fresh_fraction, replay_lib.size(buf))
@@ -216,6 +216,13 @@ class Selector:
                 selection_lib.rng(self.seed, step, _CHOICE),
             )
             metrics = {"selection/predicted_success": float(p_hat[ids].mean())}
+        elif self.method == "insight":
+            ids = selection_lib.insight_select(state, fresh_n, selection_lib.rng(self.seed, step, _CHOICE),
+                                               temperature=self.sel.bots_temperature)
+            gain = selection_lib.information_gain(state.alpha[ids], state.beta[ids])
+            mean = state.alpha / (state.alpha + state.beta)
+            metrics = {"selection/predicted_success": float(mean[ids].mean()),
+                       "selection/information_gain": float(gain.mean())}
         else:
             ids = selection_lib.bots_select(state, fresh_n, selection_lib.rng(self.seed, step, _THOMPSON),
                                             target=self.sel.target, temperature=self.sel.bots_temperature)
@@ -230,7 +237,7 @@ class Selector:
                            np.clip(rows.main, 0, 1).reshape(fresh_n, g).mean(axis=1))
         metrics["selection/unseen_frac"] = float(np.mean(state.visits[ids] == 0))
         state = selection_lib.record_success(state, ids, success)
-        if self.method == "bots":
+        if self.method in selection_lib.POSTERIOR_METHODS:
             state = selection_lib.bots_update(
                 state, ids, success, g, decay=self.sel.bots_decay, implicit_weight=self.sel.bots_implicit_weight,
                 prior_alpha=self.sel.bots_prior, prior_beta=self.sel.bots_prior,
