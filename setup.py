@@ -30,6 +30,7 @@ setuptools.setup(
         "pebble>=5.0",
         "tqdm>=4.66",  # progress bars (rl4llm.train.progress)
         "sympy>=1.12",
+        "scipy>=1.10",  # digamma of InSight's information gain (rl4llm.data.selection); jax requires it too
         # The math reward's equivalence engine (rl4llm.rewards.math), as in TRL / open-r1 / verl. Pinned to a minor
         # release: its verdicts are the reward, and tests/test_rewards_math.py pins them. The extra brings the ANTLR
         # runtime (4.13.2) its LaTeX parser was generated with.
