@@ -264,3 +264,22 @@ def test_entropy_criterion_forks_at_the_top_n_entropies():
 def test_tree_shape_rejects_an_unknown_criterion():
     with pytest.raises(ValueError, match="criterion must be one of"):
         TreeShape(2, 1, 1, 1, criterion="random")
+
+
+def test_config_errors_name_the_field():
+    from configs import cure, default
+    from rl4llm import config as config_lib
+
+    c = default.get_config()
+    c.rl.advantage = "tree_opo"
+    with pytest.raises(config_lib.ConfigError, match=r"config.rl.advantage='tree_opo': needs tree rollouts"):
+        config_lib.parse(c)
+    c = cure.get_config()
+    c.tree.criterion = "random"
+    with pytest.raises(config_lib.ConfigError, match=r"config.tree.criterion"):
+        config_lib.parse(c)
+    c = cure.get_config()
+    c.tree.critical_top_k = 0
+    with pytest.raises(config_lib.ConfigError, match=r"config.tree.critical_top_k"):
+        config_lib.parse(c)
+    assert config_lib.parse(cure.get_config()).tree.criterion == "critical"
