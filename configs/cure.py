@@ -18,7 +18,8 @@ def get_config():
     prefix. The DAPO loss is configs/dapo.py's: clip 0.2 / 0.28, dual-clip 10, token-mean, no KL / entropy terms,
     soft overlong punishment, 4 minibatch updates per batch. Logged every step: `tree/branches` (n1·n2 per
     prompt), `tree/shared_token_frac` (the re-concatenated prefix tokens / all completion tokens),
-    `tree/branch_depth` (mean t*), `tree/distinct_branches`.
+    `tree/branch_depth` (mean t*), `tree/distinct_branches`, `tree/fork_entropy` (mean entropy at the critical
+    tokens) against `tree/token_entropy` (mean over all tokens).
 
     Departures: no dynamic sampling (a tree group is sampled in one call; DAPO's group filter is off, so all-equal
     groups train on nothing). The candidate filter "decodes to more than one visible character" is replaced by "not

@@ -22,7 +22,8 @@ def get_config():
     M for its 60 % token budget is not in our digest), as are the default job's loss, lr and temperature
     (PPO clip 0.2, token-mean, lr 1e-4, temperature 1). The paper's other EAR variant, Adv-Clip, is not built.
     Logged every step: `pseudo_label/agreement` (samples agreeing with their group's majority),
-    `pseudo_label/labelled_frac`, `tree/branches`, `tree/shared_token_frac`.
+    `pseudo_label/labelled_frac`, `tree/branches`, `tree/shared_token_frac`, `tree/fork_entropy` (mean entropy at
+    the fork points) against `tree/token_entropy` (mean over all tokens).
 
     Run:
         python -m experiments.train --config=configs/ettrl.py --workdir=/tmp/rl4llm/ettrl

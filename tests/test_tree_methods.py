@@ -15,7 +15,7 @@ from rl4llm.rl import tree as tree_lib
 from rl4llm.sampling import pad_prompts
 from rl4llm.sampling.tree import TreeShape, generate_tree, node_ids
 from tests.test_sampling import CFG, params  # the perturbed model the sampler tests use
-from tests.test_tree import STOPPING, T, prompts
+from tests.test_tree import SHAPE, STOPPING, T, prompts, tree_rollout
 
 tree_opo = jax.jit(tree_lib.tree_opo, static_argnames=("num_groups", "baseline"))
 
@@ -64,7 +64,8 @@ def test_tree_opo_on_the_hand_tree(baseline, stat):
 
 
 def test_tree_opo_expectation_numbers():
-    """The expectation baseline by hand: a = (.4, −.6, .25, −.75, 0), mean −.14 -> (.54, −.46, .39, −.61, .14)."""
+    """The expectation baseline by hand: a = (.4, −.6, .25, −.75, 0), mean −.14, so A = (.54, −.46, .39, −.61,
+    .14)."""
     got = tree_opo(jnp.asarray(SCORES), jnp.zeros(5, jnp.int32), jnp.asarray(MASK), jnp.asarray(NODES),
                    num_groups=1)
     want = np.array([[.54] * 4, [-.46, -.46, -.46, 0], [0, 0, .39, .39], [0, 0, -.61, 0], [0, 0, 0, .14]])
@@ -102,6 +103,35 @@ def test_tree_opo_without_branching_is_dr_grpo_and_all_equal_rewards_give_zero()
     with pytest.raises(ValueError, match="baseline must be one of"):
         tree_lib.tree_opo(jnp.ones(5), jnp.zeros(5, jnp.int32), jnp.asarray(MASK), jnp.asarray(NODES),
                           num_groups=1, baseline="median")
+
+
+@pytest.mark.parametrize("baseline, stat", [("expectation", np.mean), ("pessimistic", np.min)])
+def test_tree_opo_on_sampled_trees_matches_the_leaf_sets(baseline, stat):
+    """On the sampler's nested trees (2 iterations): V(p_r) is the stat over the rows of r's group whose first
+    fork_r tokens are the same draws as r's (owner by owner), or over the whole group when fork_r = 0."""
+    out = tree_rollout(SHAPE)
+    r = out.rollout
+    per, rows = SHAPE.rows_per_prompt, r.completion_tokens.shape[0]
+    parent, fork, mask = np.asarray(out.parent), np.asarray(out.fork_position), np.asarray(r.completion_mask)
+    owner = np.repeat(np.arange(rows)[:, None], T, axis=1)
+    for row in range(rows):  # parents come first
+        if parent[row] >= 0:
+            owner[row, : fork[row]] = owner[parent[row], : fork[row]]
+    scores = np.asarray(jax.random.bernoulli(jax.random.key(3), 0.5, (rows,)), np.float32)
+    groups = np.arange(rows) // per
+    value = np.empty(rows)
+    for row in range(rows):
+        same = groups == groups[row]
+        below = same & (owner[:, : fork[row]] == owner[row, : fork[row]]).all(axis=1)
+        value[row] = stat(scores[below])
+    staged = scores - value
+    centred = staged - np.array([staged[groups == g].mean() for g in groups])
+    want = centred[:, None] * (owner == np.arange(rows)[:, None]) * mask
+    got = tree_opo(jnp.asarray(scores), jnp.asarray(groups), jnp.asarray(mask, jnp.float32), out.tree_nodes,
+                   num_groups=2, baseline=baseline)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    branch = parent >= 0
+    assert (fork[branch] > 0).any() and (parent[branch] % per >= SHAPE.initial_paths).any()  # branches of branches
 
 
 def test_cure_normalises_the_group_jointly_and_trains_only_continuations():
@@ -283,3 +313,15 @@ def test_config_errors_name_the_field():
     with pytest.raises(config_lib.ConfigError, match=r"config.tree.critical_top_k"):
         config_lib.parse(c)
     assert config_lib.parse(cure.get_config()).tree.criterion == "critical"
+
+
+def test_tree_metrics_report_the_entropy_at_the_fork_points():
+    """The hand tree's branches fork row 0 at 2 (twice) and row 2 at 3: fork entropy = (H[0,2]·2 + H[2,3])/3."""
+    from rl4llm.train.rollouts import tree_metrics
+
+    entropy = np.arange(20, dtype=np.float32).reshape(5, 4) / 10
+    tokens = np.zeros((5, 4), np.int32)
+    got = tree_metrics(tokens, MASK > 0, PARENT, FORK, entropy, rows_per_prompt=5)
+    np.testing.assert_allclose(got["tree/fork_entropy"], (0.2 * 2 + 1.1) / 3, rtol=1e-6)
+    np.testing.assert_allclose(got["tree/token_entropy"], entropy[MASK > 0].mean(), rtol=1e-6)
+    assert got["tree/branches"] == 3 and got["tree/shared_token_frac"] == 7 / MASK.sum()
