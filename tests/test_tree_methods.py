@@ -13,9 +13,9 @@ from rl4llm.models import apply, positions_from_mask
 from rl4llm.rl import registry
 from rl4llm.rl import tree as tree_lib
 from rl4llm.sampling import pad_prompts
-from rl4llm.sampling.tree import TreeShape, generate_tree, node_ids
+from rl4llm.sampling.tree import TreeShape, _Paths, fork_points, generate_tree, node_ids
 from tests.test_sampling import CFG, params  # the perturbed model the sampler tests use
-from tests.test_tree import SHAPE, STOPPING, T, prompts, tree_rollout
+from tests.test_tree import STOPPING, T, prompts
 
 tree_opo = jax.jit(tree_lib.tree_opo, static_argnames=("num_groups", "baseline"))
 
@@ -105,35 +105,6 @@ def test_tree_opo_without_branching_is_dr_grpo_and_all_equal_rewards_give_zero()
                           num_groups=1, baseline="median")
 
 
-@pytest.mark.parametrize("baseline, stat", [("expectation", np.mean), ("pessimistic", np.min)])
-def test_tree_opo_on_sampled_trees_matches_the_leaf_sets(baseline, stat):
-    """On the sampler's nested trees (2 iterations): V(p_r) is the stat over the rows of r's group whose first
-    fork_r tokens are the same draws as r's (owner by owner), or over the whole group when fork_r = 0."""
-    out = tree_rollout(SHAPE)
-    r = out.rollout
-    per, rows = SHAPE.rows_per_prompt, r.completion_tokens.shape[0]
-    parent, fork, mask = np.asarray(out.parent), np.asarray(out.fork_position), np.asarray(r.completion_mask)
-    owner = np.repeat(np.arange(rows)[:, None], T, axis=1)
-    for row in range(rows):  # parents come first
-        if parent[row] >= 0:
-            owner[row, : fork[row]] = owner[parent[row], : fork[row]]
-    scores = np.asarray(jax.random.bernoulli(jax.random.key(3), 0.5, (rows,)), np.float32)
-    groups = np.arange(rows) // per
-    value = np.empty(rows)
-    for row in range(rows):
-        same = groups == groups[row]
-        below = same & (owner[:, : fork[row]] == owner[row, : fork[row]]).all(axis=1)
-        value[row] = stat(scores[below])
-    staged = scores - value
-    centred = staged - np.array([staged[groups == g].mean() for g in groups])
-    want = centred[:, None] * (owner == np.arange(rows)[:, None]) * mask
-    got = tree_opo(jnp.asarray(scores), jnp.asarray(groups), jnp.asarray(mask, jnp.float32), out.tree_nodes,
-                   num_groups=2, baseline=baseline)
-    np.testing.assert_allclose(got, want, atol=1e-6)
-    branch = parent >= 0
-    assert (fork[branch] > 0).any() and (parent[branch] % per >= SHAPE.initial_paths).any()  # branches of branches
-
-
 def test_cure_normalises_the_group_jointly_and_trains_only_continuations():
     """GRPO over the 5 rows: mean .6, unbiased std sqrt(.3); rows' re-concatenated prefixes get 0."""
     got = tree_lib.cure(jnp.asarray(SCORES), jnp.zeros(5, jnp.int32), jnp.asarray(MASK), jnp.asarray(NODES),
@@ -176,10 +147,80 @@ def test_registered_with_their_inputs():
 # The sampler's critical-token and entropy fork points
 
 
+# The fork criteria on hand-made paths (`fork_points`): one prompt, one tree of two rows, T = 5. Row 0 is the
+# initial path (token 7, a stop token, at position 3); row 1 forked it at 2 (positions 0, 1 inherited, 2 its first
+# own token: not a candidate). Own-token candidates: row 0 positions 0-4, row 1 positions 3, 4.
+
+STOP = (7,)
+TREE_ROWS = np.array([[[0, 1]]])  # [B, M, J]
+
+
+def _paths(entropy, logprobs=None, emitted=None):
+    entropy = np.asarray(entropy, np.float32)
+    n, t = entropy.shape
+    return _Paths(cache=None, tokens=jnp.asarray([[3, 4, 5, 7, 6], [3, 4, 2, 1, 6]][:n], jnp.int32),
+                  logprobs=jnp.asarray(-entropy if logprobs is None else logprobs, jnp.float32),
+                  entropy=jnp.asarray(entropy), emitted=jnp.ones((n, t), bool) if emitted is None else emitted,
+                  finished=jnp.zeros(n, bool), owner=jnp.asarray([[0] * 5, [0, 0, 1, 1, 1]][:n], jnp.int32),
+                  parent=jnp.asarray([-1, 0][:n], jnp.int32), fork=jnp.asarray([0, 2][:n], jnp.int32))
+
+
+ENTROPY = [[0.9, 0.5, 0.7, 0.7, 0.1], [0.9, 0.5, 0.3, 0.8, 0.6]]
+
+
+def _points(paths, tree_rows=TREE_ROWS, key=0, **shape):
+    shape = TreeShape(**{"initial_paths": 1, "branches": 1, "iterations": 1, **shape})
+    source, position = fork_points(paths, tree_rows, shape, jax.random.key(key), STOP)
+    return list(zip(np.asarray(source).reshape(-1).tolist(), np.asarray(position).reshape(-1).tolist()))
+
+
+def test_entropy_criterion_takes_the_top_n_entropies_ties_to_the_earliest():
+    """ETMR: the N largest entropies over the tree's own tokens: .9 (row 0, 0), .8 (row 1, 3), then the tie .7 at
+    row 0 positions 2 and 3 goes to position 2; row 1's inherited .9 and its first own token are not candidates."""
+    assert _points(_paths(ENTROPY), branch_points=3, criterion="entropy") == [(0, 0), (1, 3), (0, 2)]
+    # "surprise" ranks −log p instead: with log-probs that order the tokens otherwise, it follows them
+    logprobs = -np.array([[0.1, 0.2, 0.3, 0.4, 2.0], [0.1, 0.2, 0.3, 0.5, 0.6]])
+    assert _points(_paths(ENTROPY, logprobs), branch_points=1, criterion="surprise") == [(0, 4)]
+
+
+def test_critical_token_with_top_1_is_the_argmax_entropy_candidate():
+    """CURE's candidates exclude position 0 and stop tokens: (0, 1) .5, (0, 2) .7, (0, 4) .1, (1, 3) .8, (1, 4) .6;
+    top-1 is (1, 3) whatever the key. A tie at the top (row 1 position 3 at .7) goes to the earliest, (0, 2)."""
+    for key in range(3):
+        assert _points(_paths(ENTROPY), branch_points=1, criterion="critical", top_k=1, key=key) == [(1, 3)]
+    tied = [ENTROPY[0], [0.9, 0.5, 0.3, 0.7, 0.6]]
+    assert _points(_paths(tied), branch_points=1, criterion="critical", top_k=1) == [(0, 2)]
+
+
+def test_critical_tokens_are_drawn_uniformly_from_the_top_k_without_replacement():
+    """top_k = 3: the candidates (1, 3), (0, 2), (1, 4); over 60 keys each is drawn (about 1/3 each), nothing
+    else; N = 2 draws two different ones."""
+    picks = [_points(_paths(ENTROPY), branch_points=1, criterion="critical", top_k=3, key=k)[0] for k in range(60)]
+    counts = {p: picks.count(p) for p in set(picks)}
+    assert set(counts) == {(1, 3), (0, 2), (1, 4)} and min(counts.values()) >= 8, counts
+    for key in range(10):
+        pair = _points(_paths(ENTROPY), branch_points=2, criterion="critical", top_k=3, key=key)
+        assert len(set(pair)) == 2 and set(pair) <= {(1, 3), (0, 2), (1, 4)}
+
+
+def test_critical_token_without_candidates_falls_back_to_position_0():
+    """An initial path of one token has no candidate (position 0 is excluded): the fork is its position 0, a
+    re-draw from the prompt (the official code's default index 0)."""
+    paths = _paths([[0.9, 0, 0, 0, 0]], emitted=jnp.asarray([[True, False, False, False, False]]))
+    assert _points(paths, np.array([[[0]]]), branch_points=1, criterion="critical", top_k=20) == [(0, 0)]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The sampler with critical-token forks: entropies, and forking equals re-prefilling the prefix
+
+CRITICAL = TreeShape(initial_paths=2, branch_points=1, branches=3, iterations=1, criterion="critical", top_k=2)
+
+
 @functools.cache
-def rollout(shape: TreeShape, key: int = 0):
+def critical_rollout():
     tokens, mask = prompts()
-    return generate_tree(CFG, params(), jnp.asarray(tokens), jnp.asarray(mask), jax.random.key(key), STOPPING, shape)
+    return generate_tree(CFG, params(), jnp.asarray(tokens), jnp.asarray(mask), jax.random.key(0), STOPPING,
+                         CRITICAL)
 
 
 def _teacher_forced(prompt_rows, completions, completion_mask):
@@ -199,72 +240,34 @@ def _prompt_rows():
     return [list(t[m.astype(bool)]) for t, m in zip(np.asarray(tokens), np.asarray(mask))]
 
 
-def _candidates(out, row):
-    """CURE's critical candidates of an initial path: emitted positions >= 1 that are not stop tokens."""
-    tokens, mask = np.asarray(out.rollout.completion_tokens[row]), np.asarray(out.rollout.completion_mask[row])
-    keep = mask & (np.arange(T) > 0) & ~np.isin(tokens, STOPPING.stop_token_ids)
-    return np.flatnonzero(keep)
-
-
-CRITICAL_1 = TreeShape(initial_paths=2, branch_points=1, branches=2, iterations=1, criterion="critical", top_k=1)
-
-
-def test_sampler_entropies_are_the_policys():
+def test_sampler_entropies_are_the_policys_and_forks_are_critical():
     """The recorded entropy of every token (initial paths and branches) is the entropy of the model's next-token
-    distribution there (a teacher-forced forward), so the critical tokens rank real entropies."""
-    out = rollout(CRITICAL_1)
+    distribution there (a teacher-forced forward), and each branch forks at one of its path's top-2 candidates."""
+    out = critical_rollout()
     r = out.rollout
-    rows = np.repeat(np.arange(2), CRITICAL_1.rows_per_prompt)
+    rows = np.repeat(np.arange(2), CRITICAL.rows_per_prompt)
     logp, entropy = _teacher_forced([_prompt_rows()[i] for i in rows], r.completion_tokens, r.completion_mask)
     m = np.asarray(r.completion_mask)
     np.testing.assert_allclose(entropy * m, np.asarray(out.entropy), atol=1e-4)
     np.testing.assert_allclose(logp * m, np.asarray(r.logprobs), atol=1e-4)
-
-
-def test_critical_token_with_top_1_is_the_argmax_entropy_one():
-    """top_k = 1: every branch forks at its initial path's highest-entropy candidate (ties: the earliest position,
-    `lax.top_k`; no candidate: position 0, CURE's fallback), each drawn n2 = 2 times."""
-    out = rollout(CRITICAL_1)
-    parent, fork, entropy = np.asarray(out.parent), np.asarray(out.fork_position), np.asarray(out.entropy)
-    checked = 0
+    tokens, parent, fork = (np.asarray(x) for x in (r.completion_tokens, out.parent, out.fork_position))
     for row in np.flatnonzero(parent < 0):
-        candidates = _candidates(out, row)
-        want = candidates[np.argmax(entropy[row, candidates])] if candidates.size else 0  # argmax: first of ties
-        np.testing.assert_array_equal(fork[parent == row], [want, want])
-        checked += candidates.size > 1
-    assert checked  # some path had a real choice
-
-
-def test_critical_tokens_are_drawn_from_the_top_k():
-    """top_k = 3: the fork is one of the 3 highest-entropy candidates, and over keys not always the highest."""
-    shape = TreeShape(initial_paths=2, branch_points=1, branches=1, iterations=1, criterion="critical", top_k=3)
-    ranks = []
-    for key in range(4):
-        out = rollout(shape, key)
-        parent, fork, entropy = np.asarray(out.parent), np.asarray(out.fork_position), np.asarray(out.entropy)
-        for row in np.flatnonzero(parent < 0):
-            candidates = _candidates(out, row)
-            if candidates.size < 2:
-                continue
-            order = candidates[np.argsort(-entropy[row, candidates], kind="stable")]
-            (picked,) = fork[parent == row]
-            ranks.append(list(order).index(picked))
-    assert ranks and max(ranks) <= 2
-    assert max(ranks) > 0
+        candidates = np.flatnonzero(m[row] & (np.arange(T) > 0) & ~np.isin(tokens[row], STOPPING.stop_token_ids))
+        top = candidates[np.argsort(-np.asarray(out.entropy)[row, candidates], kind="stable")][:2]
+        assert set(fork[parent == row]) <= (set(top) if top.size else {0})
 
 
 def test_forking_at_the_critical_token_equals_re_prefilling_the_prefix():
     """CURE re-prefills prompt ⊕ response[:t*] and re-generates; the sampler forks the response's KV cache at t*.
     Every continuation's log-probs and entropies equal a fresh forward over the re-concatenated prompt."""
-    shape = TreeShape(initial_paths=2, branch_points=1, branches=3, iterations=1, criterion="critical", top_k=4)
-    out = rollout(shape)
+    out = critical_rollout()
     r = out.rollout
     tokens, mask, logprobs = (np.asarray(x) for x in (r.completion_tokens, r.completion_mask, r.logprobs))
     parent, fork, entropy = np.asarray(out.parent), np.asarray(out.fork_position), np.asarray(out.entropy)
     branches = np.flatnonzero(parent >= 0)
     assert (fork[branches] > 0).sum() >= 6  # 0: a path without candidates (CURE's fallback, a re-draw)
     prompt_rows = _prompt_rows()
-    reconcat = [prompt_rows[row // shape.rows_per_prompt] + list(tokens[row, : fork[row]]) for row in branches]
+    reconcat = [prompt_rows[row // CRITICAL.rows_per_prompt] + list(tokens[row, : fork[row]]) for row in branches]
     continuation = np.zeros((len(branches), T), np.int32)
     continuation_mask = np.zeros((len(branches), T), bool)
     for i, row in enumerate(branches):
@@ -278,17 +281,32 @@ def test_forking_at_the_critical_token_equals_re_prefilling_the_prefix():
         np.testing.assert_allclose(entropy[row, fork[row]:] * m, want_entropy[i, :n] * m, atol=1e-4)
 
 
-def test_entropy_criterion_forks_at_the_top_n_entropies():
-    """ETTRL's ETMR: each tree's N = 2 fork points are its 2 highest-entropy tokens (position 0 included)."""
-    shape = TreeShape(initial_paths=2, branch_points=2, branches=1, iterations=1, criterion="entropy")
-    out = rollout(shape)
-    parent, fork, entropy = np.asarray(out.parent), np.asarray(out.fork_position), np.asarray(out.entropy)
-    mask = np.asarray(out.rollout.completion_mask)
-    for row in np.flatnonzero(parent < 0):
-        h = np.where(mask[row], entropy[row], -np.inf)
-        best = np.sort(h)[::-1][:2]
-        best = np.where(np.isfinite(best), best, best[0])
-        np.testing.assert_allclose(np.sort(h[fork[parent == row]])[::-1], best)
+@pytest.mark.parametrize("baseline, stat", [("expectation", np.mean), ("pessimistic", np.min)])
+def test_tree_opo_on_sampled_trees_matches_the_leaf_sets(baseline, stat):
+    """On the sampler's trees: V(p_r) is the stat over the rows of r's group whose first fork_r tokens are the same
+    draws as r's (owner by owner), or over the whole group when fork_r = 0 (branches of branches: the hand tree)."""
+    out = critical_rollout()
+    r = out.rollout
+    per, rows = CRITICAL.rows_per_prompt, r.completion_tokens.shape[0]
+    parent, fork, mask = np.asarray(out.parent), np.asarray(out.fork_position), np.asarray(r.completion_mask)
+    owner = np.repeat(np.arange(rows)[:, None], T, axis=1)
+    for row in range(rows):  # parents come first
+        if parent[row] >= 0:
+            owner[row, : fork[row]] = owner[parent[row], : fork[row]]
+    scores = np.asarray(jax.random.bernoulli(jax.random.key(3), 0.5, (rows,)), np.float32)
+    groups = np.arange(rows) // per
+    value = np.empty(rows)
+    for row in range(rows):
+        same = groups == groups[row]
+        below = same & (owner[:, : fork[row]] == owner[row, : fork[row]]).all(axis=1)
+        value[row] = stat(scores[below])
+    staged = scores - value
+    centred = staged - np.array([staged[groups == g].mean() for g in groups])
+    want = centred[:, None] * (owner == np.arange(rows)[:, None]) * mask
+    got = tree_opo(jnp.asarray(scores), jnp.asarray(groups), jnp.asarray(mask, jnp.float32), out.tree_nodes,
+                   num_groups=2, baseline=baseline)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert (fork[parent >= 0] > 0).any()
 
 
 def test_tree_shape_rejects_an_unknown_criterion():
