@@ -312,6 +312,8 @@ def test_tree_opo_on_sampled_trees_matches_the_leaf_sets(baseline, stat):
 def test_tree_shape_rejects_an_unknown_criterion():
     with pytest.raises(ValueError, match="criterion must be one of"):
         TreeShape(2, 1, 1, 1, criterion="random")
+    with pytest.raises(ValueError, match="needs top_k >= branch_points"):
+        TreeShape(2, 3, 1, 1, criterion="critical", top_k=2)
 
 
 def test_config_errors_name_the_field():
@@ -329,6 +331,10 @@ def test_config_errors_name_the_field():
     c = cure.get_config()
     c.tree.critical_top_k = 0
     with pytest.raises(config_lib.ConfigError, match=r"config.tree.critical_top_k"):
+        config_lib.parse(c)
+    c = cure.get_config()
+    c.tree.critical_top_k, c.tree.branch_points, c.rl.num_generations = 1, 2, 28
+    with pytest.raises(config_lib.ConfigError, match=r"config.tree.critical_top_k=1: .* set it >= 2"):
         config_lib.parse(c)
     assert config_lib.parse(cure.get_config()).tree.criterion == "critical"
 

@@ -449,6 +449,10 @@ def _tree_errors(config) -> list[str]:
         return []
     field = (f"config.tree (initial_paths={tree.initial_paths}, branch_points={tree.branch_points}, "
              f"branches={tree.branches}, iterations={tree.iterations})")
+    if tree.criterion == "critical" and tree.critical_top_k < tree.branch_points:
+        return [f"config.tree.critical_top_k={tree.critical_top_k}: the {tree.branch_points} critical tokens per "
+                f"tree (config.tree.branch_points) are drawn without replacement from it; set it >= "
+                f"{tree.branch_points}"]
     errors = []
     rows = tree_shape(config).rows_per_prompt
     if rl.num_generations != rows:

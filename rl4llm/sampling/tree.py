@@ -81,6 +81,9 @@ class TreeShape:
                 raise ValueError(f"TreeShape.{name} must be >= {low}, got {getattr(self, name)}.")
         if self.criterion not in FORK_CRITERIA:
             raise ValueError(f"TreeShape.criterion must be one of {FORK_CRITERIA}, got {self.criterion!r}.")
+        if self.criterion == "critical" and self.top_k < self.branch_points:
+            raise ValueError(f"TreeShape.top_k={self.top_k}: the N = {self.branch_points} critical tokens are drawn "
+                             "without replacement from the top_k candidates; needs top_k >= branch_points.")
 
     @property
     def new_per_tree(self) -> int:
@@ -223,10 +226,7 @@ def fork_points(paths: _Paths, tree_rows: np.ndarray, shape: TreeShape, key, sto
     position = jnp.arange(t_max)[None, :]
     own = (position > paths.fork[:, None]) | ((position == 0) & (paths.parent[:, None] < 0))
     candidate = own & paths.emitted
-    if shape.criterion == "surprise":
-        score = -paths.logprobs
-    else:
-        score = paths.entropy
+    score = -paths.logprobs if shape.criterion == "surprise" else paths.entropy
     if shape.criterion == "critical":
         candidate &= (position > 0) & ~jnp.isin(paths.tokens, jnp.asarray(stop_ids, jnp.int32))
     score = jnp.where(candidate, score, -jnp.inf)  # [rows, T]
