@@ -317,7 +317,7 @@ def test_tree_shape_rejects_an_unknown_criterion():
 
 
 def test_config_errors_name_the_field():
-    from configs import cure, default
+    from configs import cure, default, tree_opo
     from rl4llm import config as config_lib
 
     c = default.get_config()
@@ -335,6 +335,10 @@ def test_config_errors_name_the_field():
     c = cure.get_config()
     c.tree.critical_top_k, c.tree.branch_points, c.rl.num_generations = 1, 2, 28
     with pytest.raises(config_lib.ConfigError, match=r"config.tree.critical_top_k=1: .* set it >= 2"):
+        config_lib.parse(c)
+    c = tree_opo.get_config()
+    c.rl.advantage_kwargs.baseline = "median"
+    with pytest.raises(config_lib.ConfigError, match=r"config.rl.advantage_kwargs: tree_opo: baseline must be one"):
         config_lib.parse(c)
     assert config_lib.parse(cure.get_config()).tree.criterion == "critical"
 
