@@ -15,10 +15,12 @@ from tests.test_multi_turn import agent_config
 
 # What an estimator needs beside its name: GBPO's weights need its loss (the targets come with it); GDPO normalises
 # each reward component, so it needs a second one. (Also used by tests/test_runs_every_name.py.)
-# TreeRL's segment advantages need tree rollouts: groups of 4 = trees of 2 paths with one fork each.
+# TreeRL's segment advantages (and Tree-OPO's, CURE's) need tree rollouts: groups of 4 = trees of 2 paths with one
+# fork each.
+_TREE = {"tree.enabled": True, "tree.initial_paths": 2, "tree.branch_points": 1, "tree.branches": 1,
+         "tree.iterations": 1, "rl.num_generations": 4}
 NEEDS = {"gbpo": {"rl.loss": "gbpo"}, "gdpo": {"task.extra_rewards": "format_think_answer:0.5"},
-         "treerl": {"tree.enabled": True, "tree.initial_paths": 2, "tree.branch_points": 1, "tree.branches": 1,
-                    "tree.iterations": 1, "rl.num_generations": 4}}
+         "treerl": _TREE, "tree_opo": _TREE, "cure": {**_TREE, "tree.criterion": "critical"}}
 
 
 @pytest.mark.parametrize("name", sorted(registry.ADVANTAGES))

@@ -54,6 +54,9 @@ RECIPES = (
     "dynamic_reward_weighting",
     "brorl",
     "insight",
+    "tree_opo",
+    "cure",
+    "ettrl",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -97,6 +100,12 @@ MECHANISMS = {
     "brorl": ("useful_frac",),
     # the chosen prompts' expected information gain from one more outcome (Beta posterior per prompt)
     "insight": ("selection/information_gain", "selection/predicted_success"),
+    # staged prefixes of depth > 0 (branches forked after some tokens), each with its own subtree baseline
+    "tree_opo": ("tree/branches", "tree/branch_depth"),
+    # continuations re-generated from prompt ⊕ response[:t*]: the share of tokens in re-concatenated prefixes
+    "cure": ("tree/branches", "tree/shared_token_frac"),
+    # leaves agreeing with their tree's majority answer (the pseudo-label), from entropy-forked trees
+    "ettrl": ("pseudo_label/agreement", "tree/branches"),
 }
 
 
@@ -119,6 +128,13 @@ TINY_SCALE = {
     "dynamic_reward_weighting": {"rl.warmup_steps": 0},
     # the tiny job's 4 x 4 rows as 2 prompts x 16 rollouts, 16 rows per sampler call and per micro-batch
     "brorl": {"rl.num_prompts": 2, "rl.num_generations": 16, "rl.micro_batch_size": 16, "sampling.rows_per_call": 16},
+    # the tiny job's groups of 4: one tree, one fork point with 3 branches (Tree-OPO's stages; CURE's n1 = 1, n2 = 3)
+    "tree_opo": {"tree.initial_paths": 1, "tree.branch_points": 1, "tree.branches": 3, "tree.iterations": 1},
+    "cure": {"tree.initial_paths": 1, "tree.branch_points": 1, "tree.branches": 3, "tree.iterations": 1},
+    # ETMR's (4, N=3, B=2) is 28 leaves: here 2 trees forked once; `shrink` replaces the task section, so the
+    # pseudo-labels are set again, on a reward with an answer extractor (majority votes need one)
+    "ettrl": {"tree.initial_paths": 2, "tree.branch_points": 1, "tree.branches": 1, "tree.iterations": 1,
+              "task.reward": "exact_answer", "task.pseudo_labels": "majority_vote"},
 }
 
 

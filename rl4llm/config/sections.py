@@ -25,6 +25,7 @@ from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import preference as preference_lib
 from rl4llm.rl import registry
+from rl4llm.sampling import tree as sampling_tree
 
 LR_SCHEDULES = ("constant", "cosine")  # after the warm-up; cosine decays to 0 at the stage's last update
 DTYPES = ("float32", "bfloat16")
@@ -363,6 +364,10 @@ class Tree:
     branch_points: int = param(2, "N: fork points per tree per iteration (TreeRL: 2)", AtLeast(0))
     branches: int = param(2, "T: branches decoded from each fork point (TreeRL: 2)", AtLeast(1))
     iterations: int = param(1, "L: rounds of forking (TreeRL: 1)", AtLeast(0))
+    criterion: str = param("surprise", "fork points: 'surprise' (largest -log p, TreeRL), 'entropy' (largest "
+                           "token entropy, ETTRL), 'critical' (N drawn from the critical_top_k largest entropies, "
+                           "CURE)", OneOf(sampling_tree.FORK_CRITERIA))
+    critical_top_k: int = param(20, "criterion='critical': the candidates per tree (CURE: 20)", AtLeast(1))
 
 
 @_section

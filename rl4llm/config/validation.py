@@ -437,18 +437,22 @@ def _off_policy_errors(config) -> list[str]:
 def tree_shape(config) -> TreeShape:
     """The sampler's tree shape (`sampling.tree.TreeShape`) of config.tree."""
     t = config.tree
-    return TreeShape(t.initial_paths, t.branch_points, t.branches, t.iterations)
+    return TreeShape(t.initial_paths, t.branch_points, t.branches, t.iterations, t.criterion, t.critical_top_k)
 
 
 def _tree_errors(config) -> list[str]:
     """Tree rollouts (config.tree) against the group, the rollout source and the advantage estimator."""
     tree, rl = config.tree, config.rl
     if not tree.enabled:
-        if rl.advantage == "treerl":
-            return ["config.rl.advantage='treerl': needs tree rollouts (config.tree.enabled=True)"]
+        if "tree_nodes" in registry.advantage_inputs(rl.advantage):
+            return [f"config.rl.advantage={rl.advantage!r}: needs tree rollouts (config.tree.enabled=True)"]
         return []
     field = (f"config.tree (initial_paths={tree.initial_paths}, branch_points={tree.branch_points}, "
              f"branches={tree.branches}, iterations={tree.iterations})")
+    if tree.criterion == "critical" and tree.critical_top_k < tree.branch_points:
+        return [f"config.tree.critical_top_k={tree.critical_top_k}: the {tree.branch_points} critical tokens per "
+                f"tree (config.tree.branch_points) are drawn without replacement from it; set it >= "
+                f"{tree.branch_points}"]
     errors = []
     rows = tree_shape(config).rows_per_prompt
     if rl.num_generations != rows:

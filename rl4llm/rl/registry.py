@@ -22,7 +22,7 @@ Advantages — the trainer calls::
     token, verl's convention; pass them to include e.g. a KL-in-reward penalty),
     values[N, T] critic values, baseline_scores[N] (ReMax greedy reward), reward_components[N, K]
     (GDPO multi-reward), seq_metric[N] (CANON split metric), process_rewards[N, T] (PRIME implicit PRM),
-    tree_nodes[N, T+1] (the node of each position of a tree rollout's rows, `rl.tree`: TreeRL).
+    tree_nodes[N, T+1] (the node of each position of a tree rollout's rows, `rl.tree`: TreeRL, Tree-OPO, CURE).
     Multi-turn estimators (`rl.multi_turn`: mt_grpo, igpo, gtpo, bilevel_gae) also take the turn layout:
     turn_id[N, T] (−1 off action tokens), turn_end[N, K], turn_valid[N, K], turn_rewards[N, K] (outcome
     excluded; it is `scores`) and gt_logprobs[N, K+1] (IGPO); `mask` is then the multi-turn loss mask.
@@ -88,6 +88,9 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "prime": advantages.prime,
     "gbpo": advantages.grpo,  # GBPO's weights are GRPO advantages; its loss also needs `gbpo_targets`
     "treerl": tree.treerl,  # tree rollouts (config.tree): node values over the leaves through each segment
+    "tree_opo": tree.tree_opo,  # tree rollouts: r − α·V(prefix) over the prefix's subtree, on the row's own tokens
+    "cure": tree.cure,  # CURE's critical-token trees (config.tree.criterion="critical"): GRPO on own tokens
+    "ettrl": tree.ettrl,  # ETTRL Adv-Res: GRPO × (1 + (H̄_g − H_i)/H̄_g), H = response mean token entropy
     # Multi-turn agents (turn-level credit; the trajectory-level baseline is "grpo"): `rl.multi_turn`.
     "mt_grpo": multi_turn.mt_grpo,
     "igpo": multi_turn.igpo,

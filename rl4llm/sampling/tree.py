@@ -21,10 +21,20 @@ re-drew) is not a candidate (the official tree gives such a fork an empty node, 
 column for; forks at position 0 of an initial path, the same case at the tree's root, are kept); no text-based
 candidate mask (the official code skips tokens after the words "answer" / "conclusion"); every leaf is returned.
 
+The same tree serves two other papers through `TreeShape.criterion` (`FORK_CRITERIA`): ETTRL's ETMR (Liu et al.
+2025, arXiv 2508.11356: M trees, each forked at its N highest-Shannon-entropy tokens into B branches, R = M(1 + BN))
+and CURE's critical-token re-concatenation (arXiv 2508.11016; bytedance/CURE: each of n1 responses
+forked once at a token drawn uniformly from its top-20 entropies, n2 continuations re-generated from prompt ⊕
+response[:t*]: TreeShape(n1, 1, n2, 1, "critical")). CURE re-prefills the re-concatenated prompt; here the branch
+forks the response's KV cache at t*, the same computation (tests/test_tree_methods.py checks it against a forward
+over the re-concatenated prompt). The candidate filter of the official code (not a special token, decodes to more
+than one visible character) is replaced by: not a stop token, not position 0.
+
 Decoding: `generate`'s loop advances every row at one shared step; a branch continues from its own fork point, so
 `_decode` keeps a position per row (each row's cache slot is prompt width + its position, one vmapped forward per
 step) and returns the cache for the next iteration's forks. Token draws use `sample_tokens` with the key
-fold_in(fold_in(key, iteration), decode step). Log-probs follow `sampling.sampler`'s convention.
+fold_in(fold_in(key, iteration), decode step); the critical-token draw uses fold_in(fold_in(key, iteration),
+2^30). Log-probs follow `sampling.sampler`'s convention; entropies are those of `token_entropy`.
 """
 from __future__ import annotations
 
@@ -40,20 +50,40 @@ from rl4llm.models import KVCache, ModelConfig, Params, fork_rows, forward, init
 from rl4llm.sampling.sampler import Rollout, SamplingConfig, sample_tokens
 
 
+# How a tree's fork points are chosen among the own tokens of its paths (`fork_points`):
+#   "surprise": the N largest −log p of the sampled tokens (TreeRL's EPTree, its `get_max_entropy_tokens`);
+#   "entropy":  the N largest Shannon entropies H_t = −Σ_v p_t(v) log p_t(v) of the sampling distributions (ETTRL's
+#               ETMR, arXiv 2508.11356);
+#   "critical": N drawn uniformly without replacement from the `top_k` largest entropies, position 0 and stop
+#               tokens excluded (CURE's critical tokens, arXiv 2508.11016, bytedance/CURE
+#               `get_critic_key_token_mask`: one of the top-20).
+FORK_CRITERIA = ("surprise", "entropy", "critical")
+# fold_in stream of the critical-token draw of an iteration (decode steps use 0 .. T-1 of the same iteration key)
+_PICK_STREAM = 1 << 30
+
+
 @dataclasses.dataclass(frozen=True)
 class TreeShape:
-    """EPTree's (M, N, L, T); frozen (a static argument of `generate_tree`). branch_points = 0 or iterations = 0
-    gives M independent paths per prompt."""
+    """EPTree's (M, N, L, T) and the fork-point criterion; frozen (a static argument of `generate_tree`).
+    branch_points = 0 or iterations = 0 gives M independent paths per prompt."""
 
     initial_paths: int  # M
     branch_points: int  # N: fork points per tree per iteration
     branches: int  # T: branches decoded from each fork point
     iterations: int  # L
+    criterion: str = "surprise"  # FORK_CRITERIA
+    top_k: int = 20  # "critical": the candidates (largest entropies) the N fork points are drawn from (CURE: 20)
 
     def __post_init__(self):
-        for name, low in (("initial_paths", 1), ("branch_points", 0), ("branches", 1), ("iterations", 0)):
+        for name, low in (("initial_paths", 1), ("branch_points", 0), ("branches", 1), ("iterations", 0),
+                          ("top_k", 1)):
             if getattr(self, name) < low:
                 raise ValueError(f"TreeShape.{name} must be >= {low}, got {getattr(self, name)}.")
+        if self.criterion not in FORK_CRITERIA:
+            raise ValueError(f"TreeShape.criterion must be one of {FORK_CRITERIA}, got {self.criterion!r}.")
+        if self.criterion == "critical" and self.top_k < self.branch_points:
+            raise ValueError(f"TreeShape.top_k={self.top_k}: the N = {self.branch_points} critical tokens are drawn "
+                             "without replacement from the top_k candidates; needs top_k >= branch_points.")
 
     @property
     def new_per_tree(self) -> int:
@@ -87,6 +117,9 @@ class TreeRollout(flax.struct.PyTreeNode):
     """The rows of a tree rollout ([B·R], prompt-major; `TreeShape` gives the order within a prompt).
 
     rollout:       the rows as a `Rollout` (prompts repeated; completion = the path's whole completion).
+    entropy:       [B·R, T] float32, the Shannon entropy of the distribution each token was drawn from
+                   (softmax(logits / temperature), before top-k/top-p/min-p; temperature 0: of the logits); 0 past
+                   the completion. A branch's inherited tokens carry its parent's.
     tree_nodes:    [B·R, T+1] int32, the node of each position (`rl4llm.rl.tree`): column 0 the tree node, column
                    1 + t the segment holding token t; id = o·(T+1) + 1 + s for the segment of row o's own tokens
                    that starts at position s, the tree node's id is its first segment's unless a branch forked at
@@ -97,6 +130,7 @@ class TreeRollout(flax.struct.PyTreeNode):
     """
 
     rollout: Rollout
+    entropy: jax.Array
     tree_nodes: jax.Array
     parent: jax.Array
     fork_position: jax.Array
@@ -108,6 +142,7 @@ class _Paths(flax.struct.PyTreeNode):
     cache: KVCache
     tokens: jax.Array  # [R, T] int32
     logprobs: jax.Array  # [R, T] float32
+    entropy: jax.Array  # [R, T] float32: of the distribution each token was drawn from
     emitted: jax.Array  # [R, T] bool
     finished: jax.Array  # [R] bool
     owner: jax.Array  # [R, T] int32: the row whose own draw token t is
@@ -127,6 +162,14 @@ def _step_logits(model_cfg: ModelConfig, params: Params, cache: KVCache, token, 
     return jax.vmap(one_row)(cache, token, slot, position)
 
 
+def token_entropy(logits: jax.Array, cfg: SamplingConfig) -> jax.Array:  # [n, V] -> [n]
+    """H = −Σ_v p(v) log p(v), p = softmax(logits / τ) (τ = cfg.temperature, 1 when greedy): the entropy of the
+    distribution `sample_tokens` draws from before its filters (verl's `entropy_from_logits` of the
+    temperature-scaled logits, which CURE's critical tokens rank)."""
+    log_p = jax.nn.log_softmax(logits.astype(jnp.float32) / (cfg.temperature if cfg.temperature > 0 else 1.0), -1)
+    return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
+
+
 def _decode(model_cfg: ModelConfig, params: Params, rows: _Paths, last_prompt_token, prompt_len, width: int,
             key, cfg: SamplingConfig) -> _Paths:
     """Decodes each row from its fork position to a stop token or the budget T (`rows` [n]: a batch of paths).
@@ -142,11 +185,13 @@ def _decode(model_cfg: ModelConfig, params: Params, rows: _Paths, last_prompt_to
         prev = jnp.where(pos > 0, paths.tokens[index, jnp.maximum(pos - 1, 0)], last_prompt_token)
         logits, cache = _step_logits(model_cfg, params, paths.cache, prev, width + pos - 1, prompt_len + pos - 1)
         token, logprob = sample_tokens(logits, jax.random.fold_in(key, k), cfg)
+        entropy = token_entropy(logits, cfg)
         live, at = ~done, jnp.minimum(pos, t_max - 1)
         paths = paths.replace(
             cache=cache,
             tokens=paths.tokens.at[index, at].set(jnp.where(live, token, paths.tokens[index, at])),
             logprobs=paths.logprobs.at[index, at].set(jnp.where(live, logprob, paths.logprobs[index, at])),
+            entropy=paths.entropy.at[index, at].set(jnp.where(live, entropy, paths.entropy[index, at])),
             emitted=paths.emitted.at[index, at].set(live | paths.emitted[index, at]),
             finished=paths.finished | (live & jnp.isin(token, stop_ids)))
         done = done | (live & (jnp.isin(token, stop_ids) | (pos + 1 >= t_max)))
@@ -165,19 +210,34 @@ def _truncate(rows: _Paths, fork: jax.Array, new_ids: jax.Array, parent: jax.Arr
     before = jnp.arange(rows.tokens.shape[1])[None, :] < fork[:, None]
     return rows.replace(
         tokens=jnp.where(before, rows.tokens, pad_id), logprobs=jnp.where(before, rows.logprobs, 0.0),
-        emitted=rows.emitted & before, finished=jnp.zeros_like(rows.finished),
+        entropy=jnp.where(before, rows.entropy, 0.0), emitted=rows.emitted & before,
+        finished=jnp.zeros_like(rows.finished),
         owner=jnp.where(before, rows.owner, new_ids[:, None]), parent=parent, fork=fork)
 
 
-def fork_points(paths: _Paths, tree_rows: np.ndarray, shape: TreeShape) -> tuple[jax.Array, jax.Array]:
-    """Each tree's N fork points: (source row, position) [B, M, N] of the N largest −log p over the own tokens
-    (position >= the row's fork, a branch's first own token excluded) of the tree's rows `tree_rows` [B, M, J]."""
+def fork_points(paths: _Paths, tree_rows: np.ndarray, shape: TreeShape, key, stop_ids=()
+                ) -> tuple[jax.Array, jax.Array]:
+    """Each tree's N fork points: (source row, position) [B, M, N] among the own tokens (position >= the row's
+    fork, a branch's first own token excluded) of the tree's rows `tree_rows` [B, M, J], by `shape.criterion`
+    (`FORK_CRITERIA`). Ties go to the earlier row and position (`lax.top_k`). Fewer candidates than N: the best
+    one is repeated; none ("critical" on paths of one token): position 0 of the tree's first row (CURE's
+    fallback, a re-draw from the prompt). "critical" draws with `key` and excludes position 0 and `stop_ids`."""
     t_max = paths.tokens.shape[1]
     position = jnp.arange(t_max)[None, :]
     own = (position > paths.fork[:, None]) | ((position == 0) & (paths.parent[:, None] < 0))
-    surprise = jnp.where(own & paths.emitted, -paths.logprobs, -jnp.inf)  # [rows, T]
-    flat = surprise[tree_rows].reshape(*tree_rows.shape[:2], -1)  # [B, M, J·T]
-    values, index = jax.lax.top_k(flat, shape.branch_points)
+    candidate = own & paths.emitted
+    score = -paths.logprobs if shape.criterion == "surprise" else paths.entropy
+    if shape.criterion == "critical":
+        candidate &= (position > 0) & ~jnp.isin(paths.tokens, jnp.asarray(stop_ids, jnp.int32))
+    score = jnp.where(candidate, score, -jnp.inf)  # [rows, T]
+    flat = score[tree_rows].reshape(*tree_rows.shape[:2], -1)  # [B, M, J·T]
+    if shape.criterion == "critical":
+        values, index = jax.lax.top_k(flat, min(shape.top_k, flat.shape[-1]))  # the K critical candidates
+        draw = jnp.where(jnp.isfinite(values), jax.random.uniform(key, values.shape), -1.0)
+        _, pick = jax.lax.top_k(draw, shape.branch_points)  # N of them uniformly, without replacement
+        values, index = (jnp.take_along_axis(x, pick, axis=-1) for x in (values, index))
+    else:
+        values, index = jax.lax.top_k(flat, shape.branch_points)
     index = jnp.where(jnp.isfinite(values), index, index[..., :1])  # too few candidates: repeat the best
     source = jnp.take_along_axis(jnp.asarray(tree_rows), index // t_max, axis=-1)
     return source, index % t_max
@@ -208,7 +268,8 @@ def _initial_paths(model_cfg, params, prompt_tokens, prompt_mask, shape: TreeSha
                        cache=init_cache(model_cfg, b, p + t_max), cache_index=0)
     cache = fork_rows(cache, jnp.repeat(jnp.arange(b), shape.rows_per_prompt))
     return _Paths(cache=cache, tokens=jnp.full((rows, t_max), cfg.pad_id, jnp.int32),
-                  logprobs=jnp.zeros((rows, t_max), jnp.float32), emitted=jnp.zeros((rows, t_max), bool),
+                  logprobs=jnp.zeros((rows, t_max), jnp.float32), entropy=jnp.zeros((rows, t_max), jnp.float32),
+                  emitted=jnp.zeros((rows, t_max), bool),
                   finished=jnp.zeros((rows,), bool), owner=jnp.repeat(jnp.arange(rows)[:, None], t_max, axis=1),
                   parent=jnp.full((rows,), -1, jnp.int32), fork=jnp.zeros((rows,), jnp.int32))
 
@@ -246,7 +307,9 @@ def generate_tree(model_cfg: ModelConfig, params: Params, prompt_tokens: jax.Arr
     paths = _grow(paths, initial, jnp.asarray(initial), zeros, zeros - 1, functools.partial(decode, ids=initial),
                   jax.random.fold_in(key, 0), cfg.pad_id)
     for iteration in range(1, (shape.iterations if shape.new_per_tree else 0) + 1):
-        source, fork = fork_points(paths, rows_of(shape.tree_rows(iteration - 1)), shape)  # [B, M, N]
+        pick_key = jax.random.fold_in(jax.random.fold_in(key, iteration), _PICK_STREAM)
+        source, fork = fork_points(paths, rows_of(shape.tree_rows(iteration - 1)), shape, pick_key,
+                                   cfg.stop_token_ids)  # [B, M, N]
         new = rows_of(shape.made_in(iteration)).reshape(-1)  # tree m, fork point n, branch t
         source, fork = (jnp.repeat(x.reshape(-1), shape.branches) for x in (source, fork))  # each point T times
         paths = _grow(paths, new, source, fork, source, functools.partial(decode, ids=new),
@@ -262,7 +325,8 @@ def _tree_rollout(paths: _Paths, prompt_tokens, prompt_mask, shape: TreeShape) -
                       completion_tokens=paths.tokens, completion_mask=paths.emitted, logprobs=paths.logprobs,
                       lengths=paths.emitted.sum(-1).astype(jnp.int32), finished=paths.finished,
                       num_decode_steps=jnp.int32(paths.tokens.shape[1] - 1))
-    return TreeRollout(rollout=rollout, tree_nodes=node_ids(paths.owner, paths.parent, paths.fork, jnp.asarray(root)),
+    nodes = node_ids(paths.owner, paths.parent, paths.fork, jnp.asarray(root))
+    return TreeRollout(rollout=rollout, entropy=paths.entropy * paths.emitted, tree_nodes=nodes,
                        parent=paths.parent, fork_position=paths.fork)
 
 

@@ -176,20 +176,24 @@ def tree_completions(config, setup: Setup, params, prompt_tokens, prompt_mask, k
     out = sampling_tree.generate_tree(setup.model_cfg, params, jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask),
                                       key, setup.rollout_cfg, shape)
     completions = _completions(out.rollout)
-    completions["tree_nodes"], parent, fork = jax.device_get((out.tree_nodes, out.parent, out.fork_position))
+    completions["tree_nodes"], parent, fork, entropy = jax.device_get(
+        (out.tree_nodes, out.parent, out.fork_position, out.entropy))
     return completions, tree_metrics(completions["completion_tokens"], completions["completion_mask"], parent, fork,
-                                     shape.rows_per_prompt)
+                                     entropy, shape.rows_per_prompt)
 
 
-def tree_metrics(tokens: np.ndarray, mask: np.ndarray, parent: np.ndarray, fork: np.ndarray, rows_per_prompt: int
-                 ) -> dict:
+def tree_metrics(tokens: np.ndarray, mask: np.ndarray, parent: np.ndarray, fork: np.ndarray, entropy: np.ndarray,
+                 rows_per_prompt: int) -> dict:
     """What the tree search did: `tree/branches` (rows forked from another path), `tree/distinct_branches` (the
     fraction that differ from their parent's completion), `tree/branch_depth` (mean fork position: the tokens a
-    branch shares with its parent), `tree/shared_token_frac` (copied prefix tokens / completion tokens) and
-    `tree/rows_per_prompt`."""
+    branch shares with its parent), `tree/shared_token_frac` (copied prefix tokens / completion tokens),
+    `tree/fork_entropy` (mean entropy of the sampling distribution at the fork points, in the source paths) against
+    `tree/token_entropy` (mean over all completion tokens) and `tree/rows_per_prompt`."""
     branch = np.flatnonzero(parent >= 0)
     differs = [(tokens[r] != tokens[parent[r]]).any() or (mask[r] != mask[parent[r]]).any() for r in branch]
     return {
+        "tree/fork_entropy": float(entropy[parent[branch], fork[branch]].mean()) if branch.size else 0.0,
+        "tree/token_entropy": float(entropy[mask > 0].mean()) if mask.any() else 0.0,
         "tree/branches": float(branch.size),
         "tree/distinct_branches": float(np.mean(differs)) if branch.size else 0.0,
         "tree/branch_depth": float(fork[branch].mean()) if branch.size else 0.0,
