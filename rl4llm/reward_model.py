@@ -221,9 +221,11 @@ def save(directory: str, cfg: ModelConfig, params: Params, meta: dict | None = N
         json.dump({**(meta or {}), "model": _config_to_json(cfg)}, f, indent=1)
 
 
-def load(directory: str) -> tuple[ModelConfig, Params, dict]:
+def load(directory: str, init: Callable[[ModelConfig, jax.Array], Params] | None = None
+         ) -> tuple[ModelConfig, Params, dict]:
     """(ModelConfig, params, meta) of an RM written by `save`; ValueError naming the directory if it holds none or
-    the params do not match the config."""
+    the params do not match the config. `init` gives the params' tree (`init_params`: trunk + head; a generative
+    verifier, `verifiers.generative`, is a bare decoder: `models.init_params`)."""
     meta_path = os.path.join(directory, META_FILE)
     if not os.path.isfile(meta_path):
         raise ValueError(f"{directory!r} holds no reward model ({META_FILE} missing; "
@@ -231,7 +233,7 @@ def load(directory: str) -> tuple[ModelConfig, Params, dict]:
     with open(meta_path) as f:
         meta = json.load(f)
     cfg = _config_from_json(meta.pop("model"))
-    abstract = jax.eval_shape(functools.partial(init_params, cfg), jax.random.key(0))
+    abstract = jax.eval_shape(functools.partial(init or init_params, cfg), jax.random.key(0))
     with ocp.StandardCheckpointer() as checkpointer:
         try:
             restored = checkpointer.restore(os.path.join(os.path.abspath(directory), "params"), abstract)
