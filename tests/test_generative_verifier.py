@@ -69,7 +69,8 @@ def direct_distribution(verifier, text: str) -> np.ndarray:
 
 
 def test_p_yes_equals_a_direct_forward_of_the_same_text(verifier_dir, tokenizer):
-    questions, references, completions = ["3+4=", "12+9=", "5+5="], ["7", "21", "10"], ["3+4=7#7", "12+9=20#20", ""]
+    # texts of one length: one compiled direct forward
+    questions, references, completions = ["3+4=", "5+2="], ["7", "7"], ["3+4=7#7", "5+2=8#8"]
     full = make_verifier(verifier_dir, tokenizer)
     yes, no = tokenizer.encode("1")[0], tokenizer.encode("0")[0]
     p_full, mass, truncated = full(questions, references, completions)
@@ -88,7 +89,7 @@ def test_a_rows_score_does_not_depend_on_the_other_rows_or_its_padding(verifier_
     row = ("3+4=", "7", "3+4=7#7")
     alone = verifier(*[[x] for x in row])[0][0]
     others = [("12+9=", "21", "12+9=21;" * 5 + "#21"), ("1+1=", "2", ""), ("9+9=", "18", "9+9=17#17")]
-    for batch in (others[:1] + [row], [row] + others, others[1:] + [row] + others[:1]):
+    for batch in ([row] + others, others[1:] + [row] + others[:1], [others[2], others[1], row, others[2]]):
         scores = verifier(*map(list, zip(*batch)))[0]
         assert scores[batch.index(row)] == pytest.approx(alone, rel=1e-5)
     tokens, mask, _ = verifier.encode(*[[x] for x in row])

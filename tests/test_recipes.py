@@ -52,6 +52,7 @@ RECIPES = (
     "self_low_likelihood",
     "constrained_format",
     "dynamic_reward_weighting",
+    "grpo_soft_verifier",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -91,6 +92,8 @@ MECHANISMS = {
     # the nano policy breaks the format: the violated constraint raised its multiplier above its initial 0
     "constrained_format": ("constraint/multiplier/format_arithmetic", "constraint/violation/format_arithmetic"),
     "dynamic_reward_weighting": ("reward_weighting/weight_change",),
+    # the (random nano) verifier's P(Yes) differs between a group's completions: GRPO's advantages come from it
+    "grpo_soft_verifier": ("verifier/group_std", "verifier/p_yes_mean"),
 }
 
 
@@ -112,6 +115,17 @@ TINY_SCALE = {
     # one, both steps can move the weights (a step whose groups all have uniform rewards cannot)
     "dynamic_reward_weighting": {"rl.warmup_steps": 0},
 }
+
+
+def _tiny_verifier(tmp_path) -> dict:
+    from tests.test_generative_verifier import write_tiny_verifier
+
+    write_tiny_verifier(str(tmp_path / "verifier"))
+    return {"generative_verifier.checkpoint": str(tmp_path / "verifier")}
+
+
+# recipe -> (tmp_path -> overrides): what a recipe reads from disk, written for its run
+PREPARE = {"grpo_soft_verifier": _tiny_verifier}
 
 
 def _parity_reward(completion: str, answer: str) -> float:
@@ -173,7 +187,7 @@ def test_recipe_runs_without_nans_and_its_mechanism_acts(name, sft_workdir, tmp_
     config = shrink(recipe.get_config())
     config.task.reward = "parity"
     config.rl.learning_rate = MECHANISM_LR
-    config.update_from_flattened_dict(TINY_SCALE.get(name, {}))
+    config.update_from_flattened_dict({**TINY_SCALE.get(name, {}), **PREPARE.get(name, lambda _: {})(tmp_path)})
     config_lib.parse(config)
     records = _run_from_sft(config, sft_workdir, str(tmp_path / name))
     for record in records.values():

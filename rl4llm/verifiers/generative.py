@@ -113,11 +113,11 @@ def hard_verdict(p_yes: np.ndarray, threshold: float) -> np.ndarray:
 # ------------------------------------------------------------------------------ judge texts -> tokens
 
 
-def judge_ids(tokenizer, pieces, question: str, reference: str, completion: str, max_length: int
-              ) -> tuple[list[int], bool]:
+def judge_ids(tokenizer, pieces, question: str, reference: str, completion: str, max_length: int,
+              criterion: str = "") -> tuple[list[int], bool]:
     """The judge text's token ids (bos, then each piece tokenised in turn) and whether it was cut to
     `max_length` (module docstring: the completion's start first, then the whole text's left)."""
-    values = {"question": question, "reference": reference, "completion": completion}
+    values = {"question": question, "reference": reference, "completion": completion, "criterion": criterion}
     head = [] if tokenizer.bos_id is None else [tokenizer.bos_id]
     parts, completion_part = [], 0
     for literal, field in pieces:
@@ -207,11 +207,20 @@ class Verifier:
                              f"verifier's vocabulary ({cfg.vocab_size})")
         return cls(cfg, params, tokenizer, pieces, yes_id, no_id, section.normalisation, section.max_length)
 
-    def encode(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str]
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def for_rubric(self, template: str) -> "Verifier":
+        """This verifier with a rubric judge's `template` (fields incl. {criterion}: `rewards.rubric`)."""
+        try:
+            pieces = tuple(templates.template_pieces(template, templates.RUBRIC_TEMPLATE_FIELDS))
+        except ValueError as e:
+            raise ValueError(f"rubric judge template {template!r}: {e}") from e
+        return dataclasses.replace(self, pieces=pieces)
+
+    def encode(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str],
+               criteria: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Left-padded judge tokens [N, W], mask [N, W] and the rows cut to max_length [N] bool."""
-        rows = [judge_ids(self.tokenizer, self.pieces, q, r, c, self.max_length)
-                for q, r, c in zip(questions, references, completions, strict=True)]
+        criteria = [""] * len(completions) if criteria is None else criteria
+        rows = [judge_ids(self.tokenizer, self.pieces, q, r, c, self.max_length, k)
+                for q, r, c, k in zip(questions, references, completions, criteria, strict=True)]
         tokens, mask = left_pad([ids for ids, _ in rows], self.tokenizer.pad_id, self.max_length)
         return tokens, mask, np.array([cut for _, cut in rows], bool)
 
@@ -220,9 +229,11 @@ class Verifier:
         fn = make_judge_fn(self.cfg, self.yes_id, self.no_id, self.normalisation)
         return tuple(np.asarray(x) for x in jax.device_get(fn(self.params, tokens, mask)))
 
-    def __call__(self, questions, references, completions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(P(Yes) [N], P(Yes) + P(No) [N], truncated [N]) of the completions."""
-        tokens, mask, truncated = self.encode(questions, references, completions)
+    def __call__(self, questions, references, completions, criteria=None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(P(Yes) [N], P(Yes) + P(No) [N], truncated [N]) of the completions (with a rubric template, each judged
+        against its `criteria` text)."""
+        tokens, mask, truncated = self.encode(questions, references, completions, criteria)
         return (*self.probabilities(tokens, mask), truncated)
 
 
