@@ -42,7 +42,7 @@ import optax
 import orbax.checkpoint as ocp
 
 from rl4llm import models
-from rl4llm.config.sections import REWARD_MODEL_OBJECTIVES as OBJECTIVES
+from rl4llm.config.sections import SCALAR_REWARD_MODEL_OBJECTIVES as OBJECTIVES
 from rl4llm.models import value_head
 from rl4llm.models.config import Llama3RopeScaling, ModelConfig
 from rl4llm.rl import preference
@@ -171,11 +171,11 @@ def init_state(params: Params, optimizer: optax.GradientTransformation) -> RMSta
     return RMState(params=params, opt_state=optimizer.init(params), step=jnp.zeros([], jnp.int32))
 
 
-def train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, objective: str, state: RMState,
-               batch) -> tuple[RMState, dict]:
-    """One optimizer update (`train.optim.apply_update`: AdamW, clipping, the non-finite guard) of `objective`
-    ("bradley_terry" on a PairBatch, "bce" on a LabelBatch) -> (state, metrics + `grad_norm`)."""
-    grad_fn = jax.value_and_grad(functools.partial(_OBJECTIVE_FNS[objective], cfg), has_aux=True)
+def train_step(objective_fn: Callable, optimizer: optax.GradientTransformation, state: RMState, batch
+               ) -> tuple[RMState, dict]:
+    """One optimizer update (`train.optim.apply_update`: AdamW, clipping, the non-finite guard) of
+    `objective_fn(params, batch) -> (loss, metrics)` -> (state, metrics + `grad_norm`)."""
+    grad_fn = jax.value_and_grad(objective_fn, has_aux=True)
     (_, metrics), grads = grad_fn(state.params, batch)
     params, opt_state = optim.apply_update(optimizer, state.params, state.opt_state, grads)
     metrics["grad_norm"] = optax.tree.norm(grads)
@@ -183,10 +183,12 @@ def train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, object
 
 
 def make_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, objective: str) -> Callable:
-    """Jitted `train_step(state, batch)`, state donated."""
+    """Jitted `train_step(state, batch)` of `objective` ("bradley_terry" on a PairBatch, "bce" on a LabelBatch),
+    state donated."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}: must be one of {OBJECTIVES}")
-    return jax.jit(functools.partial(train_step, cfg, optimizer, objective), donate_argnums=0)
+    return jax.jit(functools.partial(train_step, functools.partial(_OBJECTIVE_FNS[objective], cfg), optimizer),
+                   donate_argnums=0)
 
 
 @functools.lru_cache(maxsize=None)

@@ -22,6 +22,7 @@ from rl4llm import reward_model
 from rl4llm.config import sections
 from rl4llm.data import arithmetic
 from rl4llm.tokenizers import sentencepiece_tokenizer
+from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import rollouts
 from rl4llm.verifiers import generative
 
@@ -202,3 +203,30 @@ def test_the_rl_reward_is_the_verifiers_score_with_its_metrics(verifier_dir, tok
     np.testing.assert_allclose(rewards(mode="add", weight=0.5)[0], rule + 0.5 * p, rtol=1e-5)
     threshold = float(np.sort(p)[1]) + 1e-9  # two rows' P(Yes) above it
     np.testing.assert_array_equal(rewards(hard=True, threshold=threshold)[0], (p >= threshold).astype(np.float32))
+
+
+def test_the_reward_model_job_trains_a_judge_the_rl_run_can_load(tmp_path):
+    """objective='judge': the nano decoder learns the verdict token of reference vs corrupted solutions (held-out
+    P(Yes | reference) − P(Yes | wrong) grows), and the directory it writes is a verifier on the run's tokenizer."""
+    from rl4llm.data import tasks as tasks_lib
+    from rl4llm.train import reward_model_job
+    from rl4llm.train import setup as setup_lib
+    from tests.test_train_reward_model import rm_config
+
+    c = rm_config(objective="judge", steps=40, eval_every=40, learning_rate=1e-2)
+    c.log_every = 20
+    c.generative_verifier.update({"template": TEMPLATE, "yes_token": "1", "no_token": "0", "max_length": 64})
+    summary = reward_model_job.run(c, str(tmp_path))
+    records = metrics_lib.read_metrics(str(tmp_path), "rm")
+    evals = [r for r in records if "eval/margin" in r]
+    assert [r["step"] for r in evals] == [0, 40]
+    assert evals[-1]["eval/margin"] > evals[0]["eval/margin"] + 0.01
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert len(losses) == 2 and losses[-1] < losses[0]
+    parsed = config_lib.parse(c)
+    task = tasks_lib.build(parsed.task, 0)
+    run_tokenizer = setup_lib.model_tokenizer(parsed, str(tmp_path), task)
+    verifier = generative.Verifier.from_config(section(summary["checkpoint"]), run_tokenizer,
+                                               task.source.corpus(0)[0])
+    p, _, _ = verifier(["3+4="], ["7"], ["3+4=7;#7"])
+    assert 0 < p[0] < 1

@@ -206,7 +206,9 @@ class Critic:
     warmup_steps: int = param(0, "the first RL steps update only the critic", AtLeast(0))
 
 
-REWARD_MODEL_OBJECTIVES = ("bradley_terry", "bce")  # rl4llm.reward_model.OBJECTIVES
+SCALAR_REWARD_MODEL_OBJECTIVES = ("bradley_terry", "bce")  # rl4llm.reward_model.OBJECTIVES
+# "judge": a generative verifier (rl4llm.verifiers.generative) trained on the pairs' verdicts
+REWARD_MODEL_OBJECTIVES = (*SCALAR_REWARD_MODEL_OBJECTIVES, "judge")
 
 
 @_section
@@ -225,7 +227,8 @@ class RewardModel:
                            "starts from (InstructGPT); '' = config.model's init",
                            Satisfies(lambda v: not v or os.path.isdir(os.path.join(v, "checkpoints", "sft")),
                                      "has no checkpoints/sft (run experiments.train there first)"))
-    objective: str = param("bradley_terry", "training: preference pairs (Bradley-Terry) or verifier labels (bce)",
+    objective: str = param("bradley_terry", "training: preference pairs (Bradley-Terry), verifier labels (bce), or "
+                           "a generative verifier's Yes/No verdicts (judge; config.generative_verifier's template)",
                            OneOf(REWARD_MODEL_OBJECTIVES))
     steps: int = param(200, "training: optimizer updates", AtLeast(1))
     batch_size: int = param(32, "training: preference pairs per update (bce: 2x as many labelled sequences)",

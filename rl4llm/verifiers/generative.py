@@ -78,15 +78,22 @@ _SECTION = "config.generative_verifier"
 # ------------------------------------------------------------------------------ the kernel
 
 
+def judge_logits(cfg: ModelConfig, params, tokens: jax.Array, attention_mask: jax.Array
+                 ) -> tuple[jax.Array, jax.Array]:
+    """The verifier's next-token logits [N, V] float32 after each row's last real token of `tokens` [N, L] (mask
+    [N, L], any padding), and whether the row has a token [N]."""
+    hidden, _ = models.forward(cfg, params, tokens, models.positions_from_mask(attention_mask), attention_mask)
+    last, has_token = reward_model.last_token_index(attention_mask)
+    pooled = jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]  # [N, E]
+    return models.unembed(cfg, params, pooled).astype(jnp.float32), has_token
+
+
 def judge_probabilities(cfg: ModelConfig, params, tokens: jax.Array, attention_mask: jax.Array, yes_id: int,
                         no_id: int, normalisation: str) -> tuple[jax.Array, jax.Array]:
     """(P(Yes) [N], P(Yes) + P(No) under the full distribution [N]) of judge texts `tokens` [N, L] (mask [N, L],
     any padding): the next-token distribution after each row's last real token (module docstring: "full" =
     softmax over the vocabulary, "yes_no" = σ(z_yes − z_no)). Rows with no token get (0, 0)."""
-    hidden, _ = models.forward(cfg, params, tokens, models.positions_from_mask(attention_mask), attention_mask)
-    last, has_token = reward_model.last_token_index(attention_mask)
-    pooled = jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]  # [N, E]
-    logits = models.unembed(cfg, params, pooled).astype(jnp.float32)  # [N, V]
+    logits, has_token = judge_logits(cfg, params, tokens, attention_mask)
     logp = jax.nn.log_softmax(logits, axis=-1)
     p_yes, p_no = jnp.exp(logp[:, yes_id]), jnp.exp(logp[:, no_id])
     if normalisation == "yes_no":
@@ -96,6 +103,27 @@ def judge_probabilities(cfg: ModelConfig, params, tokens: jax.Array, attention_m
     else:
         raise ValueError(f"normalisation={normalisation!r}: must be one of {NORMALISATIONS}")
     return jnp.where(has_token, p, 0.0), jnp.where(has_token, p_yes + p_no, 0.0)
+
+
+def judge_objective(cfg: ModelConfig, yes_id: int, no_id: int, params, batch: reward_model.LabelBatch
+                    ) -> tuple[jax.Array, dict]:
+    """Training a verifier on verdicts (the paper distils a large judge's verdicts into its 7B verifier by SFT):
+    the cross-entropy of the judgement token, L = −mean[ℓ·log P(Yes) + (1 − ℓ)·log P(No)] under the full softmax
+    (ℓ = 1: the completion is correct). Metrics `loss`, `accuracy` = mean[(P(Yes) > P(No)) == (ℓ > 0.5)],
+    `p_yes` (mean P(Yes))."""
+    logits, _ = judge_logits(cfg, params, batch.tokens, batch.attention_mask)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    labels = batch.labels.astype(jnp.float32)
+    loss = -jnp.mean(labels * logp[:, yes_id] + (1.0 - labels) * logp[:, no_id])
+    accuracy = jnp.mean(((logp[:, yes_id] > logp[:, no_id]) == (labels > 0.5)).astype(jnp.float32))
+    return loss, {"loss": loss, "accuracy": accuracy, "p_yes": jnp.mean(jnp.exp(jax.lax.stop_gradient(
+        logp[:, yes_id])))}
+
+
+def make_train_step(cfg: ModelConfig, optimizer, yes_id: int, no_id: int) -> Callable:
+    """Jitted `reward_model.train_step(state, batch)` of `judge_objective` on LabelBatches, state donated."""
+    objective = functools.partial(judge_objective, cfg, yes_id, no_id)
+    return jax.jit(functools.partial(reward_model.train_step, objective, optimizer), donate_argnums=0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -145,6 +173,17 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int, max_length: int) -> tup
             tokens[i, width - len(row):] = row
             mask[i, width - len(row):] = 1
     return tokens, mask
+
+
+def encode_judge_texts(tokenizer, pieces, questions: Sequence[str], references: Sequence[str],
+                       completions: Sequence[str], max_length: int, criteria: Sequence[str] | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Left-padded judge tokens [N, W], mask [N, W] (`judge_ids`, `left_pad`) and the rows cut to max_length [N]."""
+    criteria = [""] * len(completions) if criteria is None else criteria
+    rows = [judge_ids(tokenizer, pieces, q, r, c, max_length, k)
+            for q, r, c, k in zip(questions, references, completions, criteria, strict=True)]
+    tokens, mask = left_pad([ids for ids, _ in rows], tokenizer.pad_id, max_length)
+    return tokens, mask, np.array([cut for _, cut in rows], bool)
 
 
 def single_token_id(tokenizer, text: str, field: str) -> int:
@@ -218,11 +257,8 @@ class Verifier:
     def encode(self, questions: Sequence[str], references: Sequence[str], completions: Sequence[str],
                criteria: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Left-padded judge tokens [N, W], mask [N, W] and the rows cut to max_length [N] bool."""
-        criteria = [""] * len(completions) if criteria is None else criteria
-        rows = [judge_ids(self.tokenizer, self.pieces, q, r, c, self.max_length, k)
-                for q, r, c, k in zip(questions, references, completions, criteria, strict=True)]
-        tokens, mask = left_pad([ids for ids, _ in rows], self.tokenizer.pad_id, self.max_length)
-        return tokens, mask, np.array([cut for _, cut in rows], bool)
+        return encode_judge_texts(self.tokenizer, self.pieces, questions, references, completions, self.max_length,
+                                  criteria)
 
     def probabilities(self, tokens, mask) -> tuple[np.ndarray, np.ndarray]:
         """(P(Yes) [N], P(Yes) + P(No) [N]) on the host, from one jitted call."""
