@@ -26,9 +26,15 @@ def get_config():
     the paper's per-batch z-score of the rewards is replaced by GRPO's per-group normalisation; GRPO, not the
     paper's REINFORCE / RLOO. Every other setting is configs/grpo.py's.
 
-    Run (the verifier directory must exist: write any decoder there with `verifiers.generative.save`):
-        python -m experiments.train --config=configs/grpo_soft_verifier.py --workdir=/tmp/rl4llm/grpo_soft_verifier \
-            --config.generative_verifier.checkpoint=/tmp/rl4llm/soft_verifier/reward_model
+    The verifier: step 1 below trains one on the task's reference vs corrupted solutions
+    (`experiments/train_reward_model.py` with `reward_model.objective="judge"`: the cross-entropy of the verdict
+    token, as the paper distils its verifier from a larger judge's verdicts); any decoder written with
+    `verifiers.generative.save`, or an HF judge, serves as well.
+
+    Run:
+        python -m experiments.train_reward_model --config=configs/grpo_soft_verifier.py \
+            --config.generative_verifier.checkpoint= --workdir=/tmp/rl4llm/soft_verifier
+        python -m experiments.train --config=configs/grpo_soft_verifier.py --workdir=/tmp/rl4llm/grpo_soft_verifier
     Result: not yet recorded.
     """
     c = grpo.get_config()
@@ -40,4 +46,5 @@ def get_config():
     v.max_length = 256
     v.mode = "replace"
     v.weight = 1.0
+    c.reward_model.objective = "judge"  # step 1: the verifier's training (experiments/train_reward_model.py)
     return c

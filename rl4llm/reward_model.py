@@ -23,7 +23,9 @@ Conventions (TRL's `RewardTrainer` / OpenRLHF's `RewardModelTrainer`, followed w
 - the head is the critic's (`value_head`: `h·w + b` in float32), its kernel drawn N(0, 1/(E+1)²) as OpenRLHF's, the
   bias 0 (`init_params`).
 
-Params: `{"trunk": decoder params, "head": {"kernel" [E], "bias" []}}` (the separate critic's tree).
+Params: `{"trunk": decoder params, "head": {"kernel" [E], "bias" []}}` (the separate critic's tree). The generative
+verifier (`rl4llm.verifiers.generative`, a bare decoder judging by its next token) shares this module's directory
+format (`save` / `load` with its own params tree), pooling (`last_token_index`) and update (`train_step`).
 """
 
 from __future__ import annotations

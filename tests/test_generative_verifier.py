@@ -83,6 +83,13 @@ def test_p_yes_equals_a_direct_forward_of_the_same_text(verifier_dir, tokenizer)
         assert p_pair[i] == pytest.approx(p[yes] / (p[yes] + p[no]), rel=1e-4)
     assert not truncated.any()
     assert np.all(p_full < p_pair)  # the full softmax spreads mass over the other ~60 ids
+    # the training objective on the same texts, labelled correct / wrong: −mean[log P(Yes)_0 + log P(No)_1]
+    tokens, mask, _ = full.encode(questions, references, completions)
+    batch = reward_model.LabelBatch(tokens=tokens, attention_mask=mask, labels=np.array([1.0, 0.0], np.float32))
+    loss, metrics = generative.judge_objective(full.cfg, yes, no, full.params, batch)
+    p0, p1 = (direct_distribution(full, f"{q}{c};{r}#") for q, r, c in zip(questions, references, completions))
+    assert float(loss) == pytest.approx(-(np.log(p0[yes]) + np.log(p1[no])) / 2, rel=1e-4)
+    assert float(metrics["accuracy"]) == ((p0[yes] > p0[no]) + (p1[no] > p1[yes])) / 2
 
 
 def test_a_rows_score_does_not_depend_on_the_other_rows_or_its_padding(verifier_dir, tokenizer):
@@ -230,3 +237,27 @@ def test_the_reward_model_job_trains_a_judge_the_rl_run_can_load(tmp_path):
                                                task.source.corpus(0)[0])
     p, _, _ = verifier(["3+4="], ["7"], ["3+4=7;#7"])
     assert 0 < p[0] < 1
+
+
+def test_an_hf_judge_scores_with_its_own_tokenizer(tmp_path):
+    """hf_checkpoint: the judge's params come from its safetensors and its text from its tokenizer.json (a BPE one,
+    other than the run's): P(Yes) equals the original params' forward on the ids of its pieces."""
+    from tests.test_hf_train import _hf_model_dir
+
+    directory = _hf_model_dir(tmp_path / "hf")
+    v = dataclasses.replace(sections.GenerativeVerifier(), hf_checkpoint=directory, yes_token="1", no_token="0",
+                            template="{question} {completion}\n#### {reference}\nIs the answer correct? Answer:")
+    verifier = generative.Verifier.from_config(v, None, "")
+    question, completion, reference = "Tom has 3 apples and buys 4 more.", "3 + 4 = 7", "7"
+    p, _, _ = verifier([question], [reference], [completion])
+    tok = verifier.tokenizer
+    ids = [i for text in (question, " ", completion, "\n#### ", reference, "\nIs the answer correct? Answer:")
+           for i in tok.encode(text)]  # no bos in this tokenizer: the pieces one by one
+    params = models.init_params(verifier.cfg, jax.random.key(3))  # what _hf_model_dir saved
+    logits, _ = jax.jit(models.apply, static_argnums=0)(verifier.cfg, params, jnp.asarray([ids]),
+                                                     jnp.arange(len(ids))[None], jnp.ones((1, len(ids)), jnp.int32))
+    z = np.asarray(logits[0, -1], np.float64)
+    expected = np.exp(z[tok.encode("1")[0]] - z.max()) / np.exp(z - z.max()).sum()
+    assert p[0] == pytest.approx(expected, rel=1e-4)
+    with pytest.raises(config_lib.ConfigError, match="generative_verifier.yes_token='Yes'"):
+        generative.Verifier.from_config(dataclasses.replace(v, yes_token="Yes"), None, "")

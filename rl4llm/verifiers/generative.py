@@ -63,6 +63,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rl4llm import config as config_lib
 from rl4llm import models
 from rl4llm import reward_model
 from rl4llm.config.sections import GENERATIVE_VERIFIER_NORMALISATIONS as NORMALISATIONS
@@ -221,7 +222,16 @@ class Verifier:
     def from_config(cls, section, run_tokenizer, alphabet: str, *, dtype: str = "float32",
                     param_dtype: str = "float32") -> "Verifier":
         """The verifier of `config.generative_verifier` (`section`): an HF directory with its tokenizer, or a `save`
-        directory on the run's tokenizer (its fingerprint on `alphabet` checked); ValueError naming the field."""
+        directory on the run's tokenizer (its fingerprint on `alphabet` checked); `config.ConfigError` (a
+        ValueError) naming the field when it cannot be read or does not fit."""
+        try:
+            return cls._from_config(section, run_tokenizer, alphabet, dtype, param_dtype)
+        except ValueError as e:
+            message = str(e) if str(e).startswith(_SECTION) else f"{_SECTION}: {e}"
+            raise config_lib.ConfigError(message) from e
+
+    @classmethod
+    def _from_config(cls, section, run_tokenizer, alphabet: str, dtype: str, param_dtype: str) -> "Verifier":
         if section.hf_checkpoint:
             from rl4llm.models import hf_checkpoint  # the `hf` extra
             from rl4llm.tokenizers import hf_tokenizer
