@@ -97,7 +97,8 @@ def test_a_rows_score_does_not_depend_on_the_other_rows_or_its_padding(verifier_
     row = ("3+4=", "7", "3+4=7#7")
     alone = verifier(*[[x] for x in row])[0][0]
     others = [("12+9=", "21", "12+9=21;" * 5 + "#21"), ("1+1=", "2", ""), ("9+9=", "18", "9+9=17#17")]
-    for batch in ([row] + others, others[1:] + [row] + others[:1], [others[2], others[1], row, others[2]]):
+    # three compositions of 4 rows with the long one (one compiled width), the row in three places
+    for batch in ([row] + others, others[1:] + [row] + others[:1], [others[2], others[0], row, others[2]]):
         scores = verifier(*map(list, zip(*batch)))[0]
         assert scores[batch.index(row)] == pytest.approx(alone, rel=1e-5)
     tokens, mask, _ = verifier.encode(*[[x] for x in row])
