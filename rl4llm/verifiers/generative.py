@@ -47,8 +47,10 @@ score does not depend on the other rows or on its padding (up to float rounding)
 Params: a bare decoder (`models.init_params` tree), from a directory written by `save` (Orbax params and
 `reward_model.json`, as the outcome RM's: `reward_model.save`, kind "generative_verifier"), which scores with the
 run's tokenizer, or an HF model directory (`config.generative_verifier.hf_checkpoint`, scored with its own
-tokenizer.json). `save` takes any decoder params: an SFT policy (`train.reward_model_job.sft_policy`), a fine-tuned
-judge, or a random decoder for tests.
+tokenizer.json). The reward-model job trains one on the task's verdicts (`experiments/train_reward_model.py` with
+`config.reward_model.objective="judge"`: `judge_objective`); `save` takes any other decoder params (an SFT policy,
+`train.reward_model_job.sft_policy`; a random decoder for tests). The params sit on the default device, unsharded:
+the verifier has no mesh of its own yet (a judge larger than one device does not fit).
 """
 
 from __future__ import annotations
