@@ -35,7 +35,7 @@ def get_config():
         python -m experiments.train_reward_model --config=configs/grpo_soft_verifier.py \
             --config.generative_verifier.checkpoint= --workdir=/tmp/rl4llm/soft_verifier
         python -m experiments.train --config=configs/grpo_soft_verifier.py --workdir=/tmp/rl4llm/grpo_soft_verifier
-    Result (sanity runs, one seed, a 2-core CPU shared with other jobs, commit of this docstring's parent): step 1's
+    Result (sanity runs, one seed, a 2-core CPU shared with other jobs, code at 1909d15): step 1's
     judge (the default tiny decoder from random init, 200 updates, 698 s) reaches held-out pairwise accuracy 0.602
     (0.496 at init). 20 GRPO steps on its P(Yes) from the SFT warm start (greedy 0.482): mean P(Yes) 0.520 ->
     0.536, P("1") + P("0") = 0.999 (the judge answers in the format), within-group spread ~0.06, but held-out
