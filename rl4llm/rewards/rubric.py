@@ -87,8 +87,8 @@ def item_scores(rubrics: Sequence[Sequence[RubricItem]], completions: Sequence[s
             elif item.criterion in rules:
                 scores[i, j] = np.clip(rules[item.criterion](completions[i], references[i]), 0.0, 1.0)
             else:
-                raise ValueError(f"rubric criterion {item.criterion!r}: neither a rule checker ({', '.join(sorted(rules))})"
-                                 f" nor '{JUDGE_PREFIX}<text>'")
+                raise ValueError(f"rubric criterion {item.criterion!r}: neither a rule checker "
+                                 f"({', '.join(sorted(rules))}) nor '{JUDGE_PREFIX}<text>'")
     if asked:
         if judge is None:
             raise ValueError(f"rubric criterion {JUDGE_PREFIX!r}...: asks the generative verifier, but none is set")
@@ -101,8 +101,9 @@ def item_scores(rubrics: Sequence[Sequence[RubricItem]], completions: Sequence[s
 
 
 def score_rubrics(rubrics: Sequence[Sequence[RubricItem]], completions: Sequence[str], references: Sequence[str],
-                  questions: Sequence[str], rules: dict[str, Callable[[str, str], float]], judge: Callable | None = None,
-                  veto_threshold: float = 0.5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  questions: Sequence[str], rules: dict[str, Callable[[str, str], float]],
+                  judge: Callable | None = None, veto_threshold: float = 0.5
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rubric rewards [N], vetoed [N], item scores [N, K]) of the completions: `item_scores`, then
     `rubric_reward`."""
     scores = item_scores(rubrics, completions, references, questions, rules, judge)
