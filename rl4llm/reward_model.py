@@ -23,7 +23,9 @@ Conventions (TRL's `RewardTrainer` / OpenRLHF's `RewardModelTrainer`, followed w
 - the head is the critic's (`value_head`: `h·w + b` in float32), its kernel drawn N(0, 1/(E+1)²) as OpenRLHF's, the
   bias 0 (`init_params`).
 
-Params: `{"trunk": decoder params, "head": {"kernel" [E], "bias" []}}` (the separate critic's tree).
+Params: `{"trunk": decoder params, "head": {"kernel" [E], "bias" []}}` (the separate critic's tree). The generative
+verifier (`rl4llm.verifiers.generative`, a bare decoder judging by its next token) shares this module's directory
+format (`save` / `load` with its own params tree), pooling (`last_token_index`) and update (`train_step`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import optax
 import orbax.checkpoint as ocp
 
 from rl4llm import models
-from rl4llm.config.sections import REWARD_MODEL_OBJECTIVES as OBJECTIVES
+from rl4llm.config.sections import SCALAR_REWARD_MODEL_OBJECTIVES as OBJECTIVES
 from rl4llm.models import value_head
 from rl4llm.models.config import Llama3RopeScaling, ModelConfig
 from rl4llm.rl import preference
@@ -171,11 +173,11 @@ def init_state(params: Params, optimizer: optax.GradientTransformation) -> RMSta
     return RMState(params=params, opt_state=optimizer.init(params), step=jnp.zeros([], jnp.int32))
 
 
-def train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, objective: str, state: RMState,
-               batch) -> tuple[RMState, dict]:
-    """One optimizer update (`train.optim.apply_update`: AdamW, clipping, the non-finite guard) of `objective`
-    ("bradley_terry" on a PairBatch, "bce" on a LabelBatch) -> (state, metrics + `grad_norm`)."""
-    grad_fn = jax.value_and_grad(functools.partial(_OBJECTIVE_FNS[objective], cfg), has_aux=True)
+def train_step(objective_fn: Callable, optimizer: optax.GradientTransformation, state: RMState, batch
+               ) -> tuple[RMState, dict]:
+    """One optimizer update (`train.optim.apply_update`: AdamW, clipping, the non-finite guard) of
+    `objective_fn(params, batch) -> (loss, metrics)` -> (state, metrics + `grad_norm`)."""
+    grad_fn = jax.value_and_grad(objective_fn, has_aux=True)
     (_, metrics), grads = grad_fn(state.params, batch)
     params, opt_state = optim.apply_update(optimizer, state.params, state.opt_state, grads)
     metrics["grad_norm"] = optax.tree.norm(grads)
@@ -183,10 +185,12 @@ def train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, object
 
 
 def make_train_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, objective: str) -> Callable:
-    """Jitted `train_step(state, batch)`, state donated."""
+    """Jitted `train_step(state, batch)` of `objective` ("bradley_terry" on a PairBatch, "bce" on a LabelBatch),
+    state donated."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}: must be one of {OBJECTIVES}")
-    return jax.jit(functools.partial(train_step, cfg, optimizer, objective), donate_argnums=0)
+    return jax.jit(functools.partial(train_step, functools.partial(_OBJECTIVE_FNS[objective], cfg), optimizer),
+                   donate_argnums=0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -221,9 +225,11 @@ def save(directory: str, cfg: ModelConfig, params: Params, meta: dict | None = N
         json.dump({**(meta or {}), "model": _config_to_json(cfg)}, f, indent=1)
 
 
-def load(directory: str) -> tuple[ModelConfig, Params, dict]:
+def load(directory: str, init: Callable[[ModelConfig, jax.Array], Params] | None = None
+         ) -> tuple[ModelConfig, Params, dict]:
     """(ModelConfig, params, meta) of an RM written by `save`; ValueError naming the directory if it holds none or
-    the params do not match the config."""
+    the params do not match the config. `init` gives the params' tree (`init_params`: trunk + head; a generative
+    verifier, `verifiers.generative`, is a bare decoder: `models.init_params`)."""
     meta_path = os.path.join(directory, META_FILE)
     if not os.path.isfile(meta_path):
         raise ValueError(f"{directory!r} holds no reward model ({META_FILE} missing; "
@@ -231,7 +237,7 @@ def load(directory: str) -> tuple[ModelConfig, Params, dict]:
     with open(meta_path) as f:
         meta = json.load(f)
     cfg = _config_from_json(meta.pop("model"))
-    abstract = jax.eval_shape(functools.partial(init_params, cfg), jax.random.key(0))
+    abstract = jax.eval_shape(functools.partial(init or init_params, cfg), jax.random.key(0))
     with ocp.StandardCheckpointer() as checkpointer:
         try:
             restored = checkpointer.restore(os.path.join(os.path.abspath(directory), "params"), abstract)

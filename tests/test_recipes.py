@@ -57,6 +57,7 @@ RECIPES = (
     "tree_opo",
     "cure",
     "ettrl",
+    "grpo_soft_verifier",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -106,6 +107,8 @@ MECHANISMS = {
     "cure": ("tree/branches", "tree/shared_token_frac"),
     # leaves agreeing with their tree's majority answer (the pseudo-label), from entropy-forked trees
     "ettrl": ("pseudo_label/agreement", "tree/branches"),
+    # the (random nano) verifier's P(Yes) differs between a group's completions: GRPO's advantages come from it
+    "grpo_soft_verifier": ("verifier/group_std", "verifier/p_yes_mean"),
 }
 
 
@@ -136,6 +139,17 @@ TINY_SCALE = {
     "ettrl": {"tree.initial_paths": 2, "tree.branch_points": 1, "tree.branches": 1, "tree.iterations": 1,
               "task.reward": "exact_answer", "task.pseudo_labels": "majority_vote"},
 }
+
+
+def _tiny_verifier(tmp_path) -> dict:
+    from tests.test_generative_verifier import write_tiny_verifier
+
+    write_tiny_verifier(str(tmp_path / "verifier"))
+    return {"generative_verifier.checkpoint": str(tmp_path / "verifier")}
+
+
+# recipe -> (tmp_path -> overrides): what a recipe reads from disk, written for its run
+PREPARE = {"grpo_soft_verifier": _tiny_verifier}
 
 
 def _parity_reward(completion: str, answer: str) -> float:
@@ -197,7 +211,7 @@ def test_recipe_runs_without_nans_and_its_mechanism_acts(name, sft_workdir, tmp_
     config = shrink(recipe.get_config())
     config.task.reward = "parity"
     config.rl.learning_rate = MECHANISM_LR
-    config.update_from_flattened_dict(TINY_SCALE.get(name, {}))
+    config.update_from_flattened_dict({**TINY_SCALE.get(name, {}), **PREPARE.get(name, lambda _: {})(tmp_path)})
     config_lib.parse(config)
     records = _run_from_sft(config, sft_workdir, str(tmp_path / name))
     for record in records.values():

@@ -26,6 +26,7 @@ from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import preference as preference_lib
 from rl4llm.rl import registry
 from rl4llm.sampling import tree as sampling_tree
+from rl4llm.verifiers import templates
 
 LR_SCHEDULES = ("constant", "cosine")  # after the warm-up; cosine decays to 0 at the stage's last update
 DTYPES = ("float32", "bfloat16")
@@ -206,7 +207,9 @@ class Critic:
     warmup_steps: int = param(0, "the first RL steps update only the critic", AtLeast(0))
 
 
-REWARD_MODEL_OBJECTIVES = ("bradley_terry", "bce")  # rl4llm.reward_model.OBJECTIVES
+SCALAR_REWARD_MODEL_OBJECTIVES = ("bradley_terry", "bce")  # rl4llm.reward_model.OBJECTIVES
+# "judge": a generative verifier (rl4llm.verifiers.generative) trained on the pairs' verdicts
+REWARD_MODEL_OBJECTIVES = (*SCALAR_REWARD_MODEL_OBJECTIVES, "judge")
 
 
 @_section
@@ -225,7 +228,8 @@ class RewardModel:
                            "starts from (InstructGPT); '' = config.model's init",
                            Satisfies(lambda v: not v or os.path.isdir(os.path.join(v, "checkpoints", "sft")),
                                      "has no checkpoints/sft (run experiments.train there first)"))
-    objective: str = param("bradley_terry", "training: preference pairs (Bradley-Terry) or verifier labels (bce)",
+    objective: str = param("bradley_terry", "training: preference pairs (Bradley-Terry), verifier labels (bce), or "
+                           "a generative verifier's Yes/No verdicts (judge; config.generative_verifier's template)",
                            OneOf(REWARD_MODEL_OBJECTIVES))
     steps: int = param(200, "training: optimizer updates", AtLeast(1))
     batch_size: int = param(32, "training: preference pairs per update (bce: 2x as many labelled sequences)",
@@ -240,6 +244,33 @@ class RewardModel:
                           Between(0.0, 1e3))
     eval_pairs: int = param(256, "training: held-out preference pairs of the pairwise accuracy", AtLeast(1))
     eval_every: int = param(50, "training: updates between held-out evaluations (and at the end)", AtLeast(1))
+
+
+GENERATIVE_VERIFIER_NORMALISATIONS = ("full", "yes_no")  # rl4llm.verifiers.generative.judge_probabilities
+
+
+@_section
+class GenerativeVerifier:
+    """A generative verifier (rl4llm.verifiers.generative): a decoder prompted with `template` whose reward is
+    P(yes_token) as its next token (the soft verifier of arXiv 2503.23829), scoring the RL rollouts in one batched
+    jitted forward when `checkpoint` or `hf_checkpoint` is set."""
+
+    checkpoint: str = param("", "a verifier directory (verifiers.generative.save), on the run's tokenizer; '' = none",
+                            Satisfies(lambda v: not v or os.path.isdir(v),
+                                      "not a directory (verifiers.generative.save writes one)"))
+    hf_checkpoint: str = param("", "or an HF model directory (config.json, safetensors, tokenizer.json) as the judge",
+                               Satisfies(lambda v: not v or os.path.isdir(v), "not a directory"))
+    template: str = param(templates.DEFAULT_TEMPLATE, "the judge text: {question}, {reference}, one {completion}")
+    yes_token: str = param("Yes", "the judgement token whose probability is the reward (one token)")
+    no_token: str = param("No", "the other judgement token (one token)")
+    normalisation: str = param("full", "P(Yes) under the whole next-token softmax (the paper's) or over {Yes, No}",
+                               OneOf(GENERATIVE_VERIFIER_NORMALISATIONS))
+    hard: bool = param(False, "reward 1[P(Yes) >= threshold] instead of P(Yes)", Boolean())
+    threshold: float = param(0.5, "hard: the verdict's threshold on P(Yes)", Between(0.0, 1.0))
+    max_length: int = param(1024, "the judge text's most tokens (longer: the completion's start is cut)", AtLeast(8))
+    mode: str = param("replace", "the reward is weight*score ('replace') or rule reward + weight*score ('add')",
+                      OneOf(combine_lib.REWARD_MODEL_MODES))
+    weight: float = param(1.0, "the verifier score's weight in the reward", Between(-1e6, 1e6))
 
 
 @_section
@@ -494,6 +525,7 @@ class RunConfig:
     critic: Critic = param(Critic, "PPO's value model")
     prime: Prime = param(Prime, "PRIME's implicit PRM")
     reward_model: RewardModel = param(RewardModel, "an outcome reward model: its training and its use in RL")
+    generative_verifier: GenerativeVerifier = param(GenerativeVerifier, "a generative verifier's P(Yes) as the reward")
     preference: Preference = param(Preference, "pairwise preference objectives (online DPO) in place of rl.loss")
     reward_weighting: RewardWeighting = param(RewardWeighting, "reward components' weights across steps "
                                               "(dynamic weighting, constrained RLHF)")

@@ -24,6 +24,7 @@ from rl4llm.rewards import length as length_lib
 from rl4llm.rl import preference
 from rl4llm.rl import registry
 from rl4llm.sampling.tree import TreeShape
+from rl4llm.verifiers import templates
 
 
 def _unwrap(fn):
@@ -583,6 +584,9 @@ def _reward_weighting_errors(config) -> list[str]:
         ("rl.kl_in_reward", rl.kl_in_reward, rl.kl_in_reward, "enters the combined reward only; use rl.kl_coef"),
         ("reward_model.checkpoint", config.reward_model.checkpoint, bool(config.reward_model.checkpoint),
          "an RM score is not one of the pipeline's components; set it to ''"),
+        *((f"generative_verifier.{f}", getattr(config.generative_verifier, f), bool(getattr(
+            config.generative_verifier, f)), "a verifier's score is not one of the pipeline's components; set it to "
+           "''") for f in ("checkpoint", "hf_checkpoint")),
         ("preference.loss", config.preference.loss, config.preference.loss != "none",
          "a pair loss reads no advantages; set it to 'none'"),
         ("rl.async_rollouts", rl.async_rollouts, rl.async_rollouts, "the weights of a step are read when its batch "
@@ -624,6 +628,42 @@ def _reward_model_errors(config) -> list[str]:
     task = config.task
     if config.reward_model.mode == "replace" and (task.extra_rewards or task.length_shaping != "none"):
         errors.append("config.reward_model.mode='replace': the reward is the RM's score alone, so "
+                      f"config.task.extra_rewards={task.extra_rewards!r} / length_shaping={task.length_shaping!r} "
+                      "would be dropped; use mode='add' or unset them")
+    return errors
+
+
+def _generative_verifier_errors(config) -> list[str]:
+    """A generative verifier (config.generative_verifier) scores single-turn rollouts into the combined reward, from
+    one source, with a readable template."""
+    v = config.generative_verifier
+    source = v.checkpoint or v.hf_checkpoint
+    if not source:
+        return []
+    field = f"config.generative_verifier.{'checkpoint' if v.checkpoint else 'hf_checkpoint'}={source!r}"
+    errors = []
+    if v.checkpoint and v.hf_checkpoint:
+        errors.append(f"config.generative_verifier.checkpoint={v.checkpoint!r} and hf_checkpoint="
+                      f"{v.hf_checkpoint!r}: the verifier comes from one of them; unset the other")
+    try:
+        templates.template_pieces(v.template)
+    except ValueError as e:
+        errors.append(f"config.generative_verifier.template={v.template!r}: {e}")
+    if v.yes_token == v.no_token:
+        errors.append(f"config.generative_verifier.no_token={v.no_token!r}: the same text as yes_token")
+    if agent_config.is_agent_config(config):
+        errors.append(f"{field}: scores single-turn rollouts only; agent runs (config.agent.env="
+                      f"{config.agent.env!r}) are scored by their env")
+    rl = config.rl
+    if rl.advantage in registry.ADVANTAGES and "reward_components" in registry.advantage_inputs(rl.advantage):
+        errors.append(f"{field}: the verifier's score enters the combined reward only, which rl.advantage="
+                      f"{rl.advantage!r} does not use (it normalises the components)")
+    if config.reward_model.checkpoint:
+        errors.append(f"{field}: config.reward_model.checkpoint={config.reward_model.checkpoint!r} also scores the "
+                      "rollouts; use one model reward")
+    task = config.task
+    if v.mode == "replace" and (task.extra_rewards or task.length_shaping != "none"):
+        errors.append("config.generative_verifier.mode='replace': the reward is the verifier's score alone, so "
                       f"config.task.extra_rewards={task.extra_rewards!r} / length_shaping={task.length_shaping!r} "
                       "would be dropped; use mode='add' or unset them")
     return errors
@@ -703,6 +743,7 @@ CHECKS = (
     (_tree_errors, ("rl", "tree", "selection")),
     (_rollout_chunk_errors, ("rl", "sampling", "tree", "selection")),
     (_reward_model_errors, ()),
+    (_generative_verifier_errors, ()),
     (_selection_errors, ("rl", "selection")),
     (agent_config.agent_config_errors, ()),
     (_mesh_errors, ("rl", "sft")),

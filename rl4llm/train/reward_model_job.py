@@ -6,18 +6,25 @@ A pair is a problem's prompt with its reference solution (chosen) and a corrupte
 pairs come from the task's training stream (step s: `train_examples(s, batch_size)`), held-out pairs from its
 held-out split (`test_examples(eval_pairs)`), so no held-out prompt is trained on. `config.reward_model.objective`
 "bradley_terry" trains on the pairs; "bce" on their 2P sequences labelled 1 (chosen) / 0 (rejected), as a verifier
-would label them. The held-out metric is the same for both: the fraction of pairs with r_chosen > r_rejected.
+would label them. "judge" trains a generative verifier (`rl4llm.verifiers.generative`: the decoder alone, no head)
+on the same pairs as verdicts: the judge text (`config.generative_verifier.template`) of the reference solution
+labelled `yes_token`, of the wrong one `no_token`, by the cross-entropy of the judgement token
+(`generative.judge_objective`; the soft-verifier paper, arXiv 2503.23829, distils a large judge's verdicts the same
+way). The held-out metric is the same for all: the fraction of pairs with r_chosen > r_rejected (for "judge",
+P(Yes | chosen) > P(Yes | rejected)).
 
 The RM's decoder is `config.model` (a preset with the task's tokenizer, or `model.hf_checkpoint`), without LoRA;
 its trunk starts from the SFT policy of `config.reward_model.init_from` (an experiments.train workdir, whose
 tokenizer it then uses), else from the HF checkpoint's weights, else at random
 (`reward_model.init_params`). Writes `<workdir>/metrics.jsonl` (stage "rm"), `<workdir>/reward_model`
-(`reward_model.save`, with the tokenizer's fingerprint) and `<workdir>/summary.json`.
+(`reward_model.save`, or `generative.save` for "judge", with the tokenizer's fingerprint) and
+`<workdir>/summary.json`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -35,6 +42,8 @@ from rl4llm.train import checkpointing
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import optim
 from rl4llm.train import setup as setup_lib
+from rl4llm.verifiers import generative
+from rl4llm.verifiers import templates
 
 STAGE = "rm"
 _TRAIN_STREAM, _EVAL_STREAM = 0, 1  # rng streams of the corruptions
@@ -64,8 +73,36 @@ def as_labelled(pairs: rm.PairBatch) -> rm.LabelBatch:
 def train_batch(config, task, tokenizer, step: int):
     """The batch of update `step` (a pure function of the seed and step)."""
     rng = np.random.default_rng((config.seed, _TRAIN_STREAM, step))
-    pairs = preference_pairs(config, tokenizer, task.source.train_examples(step, config.reward_model.batch_size), rng)
+    examples = task.source.train_examples(step, config.reward_model.batch_size)
+    if config.reward_model.objective == "judge":
+        return judge_texts(config, tokenizer, examples, rng)
+    pairs = preference_pairs(config, tokenizer, examples, rng)
     return pairs if config.reward_model.objective == "bradley_terry" else as_labelled(pairs)
+
+
+def judge_texts(config, tokenizer, examples, rng: np.random.Generator) -> rm.LabelBatch:
+    """The generative verifier's batch ("judge"): each example's judge text (`config.generative_verifier.template`:
+    its prompt, reference answer and a completion) with its reference solution, labelled 1, then with a
+    `wrong_solution`, labelled 0 (the same pairs as `preference_pairs`, as verdicts)."""
+    v = config.generative_verifier
+    rejected = [arithmetic.wrong_solution(e.solution, rng, config.reward_model.corruption) for e in examples]
+    tokens, mask, _ = generative.encode_judge_texts(
+        tokenizer, templates.template_pieces(v.template), [e.prompt for e in examples] * 2,
+        [e.answer for e in examples] * 2, [e.solution for e in examples] + rejected, v.max_length)
+    p = len(examples)
+    return rm.LabelBatch(tokens=tokens, attention_mask=mask,
+                         labels=np.concatenate([np.ones(p, np.float32), np.zeros(p, np.float32)]))
+
+
+def evaluate_judge(model_cfg, params, batch: rm.LabelBatch, yes_id: int, no_id: int) -> dict:
+    """Held-out `eval/pairwise_accuracy` (P(Yes | reference) > P(Yes | wrong solution), strict: `judge_texts`' first
+    half against its second), `eval/loss` (`generative.judge_objective`) and `eval/margin` (mean P(Yes) gap)."""
+    p_yes, _ = generative.make_judge_fn(model_cfg, yes_id, no_id, "full")(params, batch.tokens, batch.attention_mask)
+    chosen, rejected = np.split(np.asarray(jax.device_get(p_yes)), 2)
+    loss, _ = jax.device_get(jax.jit(generative.judge_objective, static_argnums=(0, 1, 2))(
+        model_cfg, yes_id, no_id, params, batch))
+    return {"eval/pairwise_accuracy": float(np.mean(chosen > rejected)), "eval/loss": float(loss),
+            "eval/margin": float(np.mean(chosen - rejected))}
 
 
 def held_out_pairs(config, task, tokenizer) -> rm.PairBatch:
@@ -110,21 +147,48 @@ def _check_task(config) -> None:
                                      "preference pairs from the 'arithmetic' task only")
 
 
+def judge_token_ids(config, tokenizer) -> tuple[int, int]:
+    """The ids of `config.generative_verifier.yes_token` / `no_token` in `tokenizer` (one token each), and its
+    template readable; ConfigError naming the field otherwise."""
+    v = config.generative_verifier
+    try:
+        templates.template_pieces(v.template)
+        return (generative.single_token_id(tokenizer, v.yes_token, "yes_token"),
+                generative.single_token_id(tokenizer, v.no_token, "no_token"))
+    except ValueError as e:
+        raise config_lib.ConfigError(f"config.reward_model.objective='judge': {e}") from e
+
+
+def _objective(config, model_cfg, task, tokenizer, optimizer, key):
+    """(initial params, jitted update, held-out batch, `(params, batch) -> held-out metrics`) of
+    `config.reward_model.objective`: the scalar RM (`rm.init_params`, `rm.make_train_step`, `evaluate`) or, for
+    "judge", the bare decoder as a generative verifier (`generative.make_train_step`, `evaluate_judge`)."""
+    r = config.reward_model
+    params = initial_params(config, model_cfg, key)
+    if r.objective != "judge":
+        return (params, rm.make_train_step(model_cfg, optimizer, r.objective), held_out_pairs(config, task, tokenizer),
+                functools.partial(evaluate, model_cfg))
+    yes_id, no_id = judge_token_ids(config, tokenizer)
+    held_out = judge_texts(config, tokenizer, task.source.test_examples(r.eval_pairs),
+                           np.random.default_rng((config.seed, _EVAL_STREAM)))
+    return (params["trunk"], generative.make_train_step(model_cfg, optimizer, yes_id, no_id), held_out,
+            functools.partial(evaluate_judge, model_cfg, yes_id=yes_id, no_id=no_id))
+
+
 def _train(config, model_cfg, task, tokenizer, writer, key):
     """The training loop -> (params, first and last held-out metrics)."""
     r = config.reward_model
     optimizer = optim.make_optimizer(r.learning_rate, r.warmup_steps, r.weight_decay, r.grad_clip)
-    state = rm.init_state(initial_params(config, model_cfg, key), optimizer)
-    step_fn = rm.make_train_step(model_cfg, optimizer, r.objective)
-    eval_pairs = held_out_pairs(config, task, tokenizer)
-    first = evaluate(model_cfg, state.params, eval_pairs)
+    params, step_fn, held_out, evaluate_fn = _objective(config, model_cfg, task, tokenizer, optimizer, key)
+    state = rm.init_state(params, optimizer)
+    first = evaluate_fn(state.params, held_out)
     writer.write(STAGE, 0, first)
     last = first
     for step in range(1, r.steps + 1):
         state, metrics = step_fn(state, train_batch(config, task, tokenizer, step))
         if step % config.log_every == 0 or step % r.eval_every == 0 or step == r.steps:
             if step % r.eval_every == 0 or step == r.steps:
-                last = evaluate(model_cfg, state.params, eval_pairs)
+                last = evaluate_fn(state.params, held_out)
                 metrics = {**metrics, **last}
             writer.write(STAGE, step, metrics)
     return state.params, first, last
@@ -162,7 +226,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "checkpoint": out,
     }
     meta = {"tokenizer_fingerprint": rm.tokenizer_fingerprint(tokenizer, task.source.corpus(0)[0]), **summary}
-    rm.save(out, model_cfg, params, meta)
+    (generative.save if config.reward_model.objective == "judge" else rm.save)(out, model_cfg, params, meta)
     with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
     print(f"held-out pairwise accuracy {first['eval/pairwise_accuracy']:.3f} -> {last['eval/pairwise_accuracy']:.3f} "

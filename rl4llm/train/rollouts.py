@@ -1,6 +1,7 @@
 """Single-turn rollouts: the RL step's prompts (`config.selection`), G sampled completions each, scored on the host by
 the reward pipeline in one call and, with `config.reward_model.checkpoint`, by the outcome reward model in one jitted
-call on the device (`rollout_and_score`); ReMax's greedy baseline rollout (`greedy_baseline_scores`)."""
+call on the device, or with `config.generative_verifier`, by the verifier's P(Yes) in one jitted call
+(`rollout_and_score`); ReMax's greedy baseline rollout (`greedy_baseline_scores`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from rl4llm.rewards import combine as combine_lib
 from rl4llm.train import batches
 from rl4llm.train import prompt_selection
 from rl4llm.train.setup import Setup
+from rl4llm.verifiers import generative as generative_lib
 
 def generate(setup: Setup, params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index=None, row_offset=0
              ) -> sampling.Rollout:
@@ -87,7 +89,32 @@ def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, c
     if setup.reward_model is not None:
         tokens, mask = batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask)
         scores = with_reward_model(config, setup, tokens, mask, scores, main, metrics)
+    if setup.verifier is not None:
+        questions = batches.decode_completions(setup.tokenizer, prompt_tokens, prompt_mask)
+        scores = with_verifier(config, setup, questions, answers, texts, scores, main, group_ids, metrics)
     return scores, main, components, metrics
+
+
+def with_verifier(config, setup: Setup, questions, answers, texts, rewards, main, group_ids, metrics: dict
+                  ) -> np.ndarray:
+    """The pipeline's `rewards` [N] with the generative verifier's P(Yes) of each (question, reference, completion)
+    (`verifiers.generative.Verifier`: one jitted forward for the batch, one transfer of [N]), or its hard verdict,
+    combined by `config.generative_verifier.mode` / `weight` (`rewards.combine.with_model_score`). Adds
+    `verifier/p_yes_mean`, `verifier/p_yes_std`, `verifier/group_std` (the mean within-group std of the score: what
+    GRPO's advantages are made of), `verifier/yes_no_mass`, `verifier/truncated_frac` and the rule reward's mean."""
+    v = config.generative_verifier
+    p_yes, yes_no_mass, truncated = setup.verifier(questions, answers, texts)
+    model_scores = generative_lib.hard_verdict(p_yes, v.threshold) if v.hard else p_yes
+    _, inverse = np.unique(group_ids, return_inverse=True)
+    counts = np.bincount(inverse)
+    group_mean = np.bincount(inverse, model_scores) / counts
+    group_var = np.bincount(inverse, (model_scores - group_mean[inverse]) ** 2) / counts
+    metrics.update({
+        "verifier/p_yes_mean": float(p_yes.mean()), "verifier/p_yes_std": float(p_yes.std()),
+        "verifier/group_std": float(np.sqrt(group_var).mean()), "verifier/yes_no_mass": float(yes_no_mass.mean()),
+        "verifier/truncated_frac": float(truncated.mean()), f"reward/{config.task.reward}": float(np.mean(main)),
+    })
+    return combine_lib.with_model_score(rewards, model_scores, weight=v.weight, mode=v.mode)
 
 
 def with_reward_model(config, setup: Setup, tokens, mask, rewards, main, metrics: dict) -> np.ndarray:

@@ -24,6 +24,7 @@ from rl4llm.tokenizers import sentencepiece_tokenizer
 from rl4llm.train import batches
 from rl4llm.train import evaluate as evaluate_lib
 from rl4llm.train import prompt_selection
+from rl4llm.verifiers import generative as generative_lib
 
 # RL draws its problems from step RL_DATA_OFFSET + s of the training stream, so SFT (steps 0..) and
 # RL see different problems; the held-out split is disjoint from both.
@@ -45,6 +46,7 @@ class Setup:
     selector: prompt_selection.Selector | None = None  # the RL step's prompts and rollouts (config.selection)
     layout: layout_lib.Layout | None = None  # the meshes' placement of arrays (`parallel`); None on one device
     reward_model: reward_model_lib.Scorer | None = None  # an outcome RM scoring rollouts (config.reward_model)
+    verifier: generative_lib.Verifier | None = None  # a generative verifier scoring rollouts (generative_verifier)
 
 
 def build_setup(config, workdir: str) -> Setup:
@@ -79,9 +81,13 @@ def build_setup(config, workdir: str) -> Setup:
     scorer = (reward_model_lib.Scorer.from_checkpoint(config.reward_model.checkpoint, tokenizer,
                                                       task.source.corpus(0)[0])
               if config.reward_model.checkpoint else None)
+    v = config.generative_verifier
+    verifier = (generative_lib.Verifier.from_config(v, tokenizer, task.source.corpus(0)[0], dtype=config.model.dtype,
+                                                    param_dtype=config.model.param_dtype)
+                if v.checkpoint or v.hf_checkpoint else None)
     return Setup(
         task, tokenizer, model_cfg, rollout_cfg, eval_examples, eval_spec, reward_pipeline.score_one, reward_pipeline,
-        selector, reward_model=scorer,
+        selector, reward_model=scorer, verifier=verifier,
     )
 
 
