@@ -501,7 +501,8 @@ def uses_pairwise_objective(config) -> bool:
 def _preference_errors(config) -> list[str]:
     """A pairwise objective learns from each group's best-vs-worst pair of sampled single-turn rollouts, in one
     update over the whole batch (`train.preference_step`): what cannot combine with it, and its kernel's settings
-    (DPO traced on a pair: IPO has no label smoothing, robust DPO needs epsilon < 0.5)."""
+    (the selected loss traced on a pair: IPO has no label smoothing, robust DPO needs epsilon < 0.5, P3O's clip
+    ratio < 1)."""
     p, rl = config.preference, config.rl
     if not uses_pairwise_objective(config):
         return []
@@ -522,9 +523,14 @@ def _preference_errors(config) -> list[str]:
         ("agent.env", config.agent.env, agent_config.is_agent_config(config), "pairs come from single-turn groups only"),
     )
     errors = [f"config.{path}={value!r}: {field} {why}" for path, value, bad, why in conflicts if bad]
-    try:  # traced on shapes: nothing compiles
-        jax.eval_shape(lambda x: preference.dpo_loss(x, x, x, x, beta=p.beta, kind=p.kind,
-                                                     label_smoothing=p.label_smoothing), jnp.zeros((1,)))
+    kernels = {  # the selected pair loss, traced on shapes: nothing compiles
+        "dpo": lambda x: preference.dpo_loss(x, x, x, x, beta=p.beta, kind=p.kind, label_smoothing=p.label_smoothing),
+        "cpl": lambda x: (preference.discounted_sequence_logprobs(x[None], x[None], gamma=p.discount),
+                          preference.cpl_loss(x, x, alpha=p.alpha, conservative_bias=p.conservative_bias)),
+        "p3o": lambda x: preference.p3o_loss(x, x, x, x, x, x, clip_ratio=p.clip_ratio, clip_mode=p.clip_mode),
+    }
+    try:
+        jax.eval_shape(kernels[p.loss], jnp.zeros((1,)))
     except ValueError as e:
         errors.append(f"config.preference.{e}")
     return errors

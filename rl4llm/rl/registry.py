@@ -64,7 +64,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl import advantages, entropy, losses, multi_turn, off_policy, tree
+from rl4llm.rl import advantages, entropy, losses, multi_turn, off_policy, preference, tree
 
 ADVANTAGES: dict[str, Callable[..., Any]] = {
     "grpo": advantages.grpo,
@@ -88,6 +88,7 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "prime": advantages.prime,
     "gbpo": advantages.grpo,  # GBPO's weights are GRPO advantages; its loss also needs `gbpo_targets`
     "treerl": tree.treerl,  # tree rollouts (config.tree): node values over the leaves through each segment
+    "spo": preference.spo_advantages,  # SPO: each completion's win rate in its group − ½ (the verifier as preference)
     # Multi-turn agents (turn-level credit; the trajectory-level baseline is "grpo"): `rl.multi_turn`.
     "mt_grpo": multi_turn.mt_grpo,
     "igpo": multi_turn.igpo,
