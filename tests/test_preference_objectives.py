@@ -343,3 +343,72 @@ def test_dmpo_reduces_to_dpo_on_single_turns_and_is_log2_at_zero_margin():
     np.testing.assert_allclose(pref.dmpo_loss(pc, pc, rc, rc, tid3, tid3)[0], [LOG2] * 4, rtol=1e-6)
     with pytest.raises(ValueError, match="gamma"):
         preference.dmpo_turn_weights(tid3, gamma=0.0)
+
+
+# -------------------------------------------------------------------------- the learner: micro-batches and configs
+
+
+def test_learner_p3o_micro_batched_equals_direct_gradient():
+    """The learner's P3O update (separate clipping) with micro-batches of 2 rows (pairs straddle micro-batches) and
+    old log-probs away from the current ones (some ratios clip) has the value and gradient of `p3o_loss` written
+    directly on the hand-picked pairs of `tests.test_online_dpo` (CPL and DPO share the same per-row surrogate)."""
+    import dataclasses
+
+    import optax
+
+    from rl4llm import models
+    from rl4llm.train import logprobs as logprobs_lib
+    from tests import test_online_dpo as dpo
+
+    params = models.init_params(dpo.MODEL_CFG, jax.random.key(0))
+    batch = dpo._batch()
+    mask = batch.completion_mask
+
+    def sequence_logprobs(p):
+        lp, _ = logprobs_lib.completion_logprobs(dpo.MODEL_CFG, p, batch.tokens, batch.attention_mask,
+                                                 completion_len=dpo.T, temperature=1.0, chunk_size=4)
+        return lp
+
+    current = sequence_logprobs(params)
+    batch = batch.replace(old_logp=current + 0.15 * jax.random.normal(jax.random.key(5), current.shape))
+    cfg = dpo._learner_cfg(2, loss="p3o", clip_ratio=0.2, clip_mode="separate", use_old_logp=True)
+    cfg = dataclasses.replace(cfg, use_old_logp=True)
+    pg = dpo._policy_gradients(cfg, dpo._state(params, params, optax.sgd(0.0)), batch)
+    chosen, rejected = np.array(dpo.PAIRS).T
+
+    def direct_loss(p):
+        s, old = jnp.sum(sequence_logprobs(p) * mask, -1), jnp.sum(batch.old_logp * mask, -1)
+        losses, _ = preference.p3o_loss(s[chosen], s[rejected], old[chosen], old[rejected], dpo.SCORES[chosen],
+                                        dpo.SCORES[rejected], clip_ratio=0.2, clip_mode="separate")
+        return jnp.mean(losses)
+
+    value, grads = jax.value_and_grad(direct_loss)(params)
+    np.testing.assert_allclose(pg.sums["pg_loss"], value, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(pg.pair_metrics["p3o/loss"], value, rtol=1e-5, atol=1e-7)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), pg.grads, grads)
+    assert float(optax.tree.norm(pg.grads)) > 0
+    assert 0 < float(pg.pair_metrics["p3o/clip_frac"]) < 1  # the noise moved some ratios out of 1 ± 0.2
+
+
+def _config(loss, **overrides):
+    from configs import default
+
+    config = default.get_config()
+    config.preference.loss = loss
+    config.update_from_flattened_dict(overrides)
+    return config
+
+
+@pytest.mark.parametrize("loss, overrides, field", [
+    ("p3o", {"preference.clip_ratio": 1.0}, "config.preference.clip_ratio=1.0"),
+    ("p3o", {"preference.clip_mode": "both"}, "config.preference.clip_mode"),
+    ("p3o", {"rl.num_minibatches": 2}, "config.rl.num_minibatches=2"),
+    ("cpl", {"preference.conservative_bias": 0.0}, "config.preference.conservative_bias"),
+    ("cpl", {"preference.discount": 1.5}, "config.preference.discount"),
+    ("cpl", {"rl.tis_cap": 2.0}, "config.rl.tis_cap=2.0"),
+])
+def test_config_errors_name_the_field(loss, overrides, field):
+    from rl4llm import config as config_lib
+
+    with pytest.raises(config_lib.ConfigError, match=field.replace(".", r"\.")):
+        config_lib.parse(_config(loss, **overrides))
