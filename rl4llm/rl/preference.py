@@ -304,7 +304,9 @@ def p3o_loss(
     - `"separate"` (P3O-V1, separate clipping): each response clipped as in PPO with its own advantage ±Δ/2,
       `L = −[min(ρ_1·Δ, clip(ρ_1)·Δ) + min(ρ_2·(−Δ), clip(ρ_2)·(−Δ))]/2`.
 
-    The factor 1/2 keeps both at Theorem 1's gradient on-policy (ρ = R = 1): dL/dlog π(y_1) = −Δ/2 = −dL/dlog π(y_2).
+    The factor 1/2 keeps both at Theorem 1's gradient on-policy (ρ = R = 1): dL/dlog π(y_1) = −Δ/2 = −dL/dlog π(y_2)
+    (the clip variants as summaries of §4.2 give them; the paper's PDF was not read here, so the overall scale may
+    differ from it by a constant).
     P3O is invariant to adding any prompt-dependent constant to the rewards (only Δ enters). ε = 0.2 (PPO's).
     Convention kept from verl: the log-ratios are clamped to ±`MAX_LOG_RATIO` before exp (a sequence ratio of a
     long completion overflows otherwise); the clip and the `min` follow torch at ties (`aggregation.clip_torch_grad`).
@@ -322,7 +324,10 @@ def p3o_loss(
     pc, pr, oc, orj, rc, rr = (jnp.where(ok, x, 0.0) for x in (pc, pr, oc, orj, _float(chosen_reward),
                                                                 _float(rejected_reward)))
     delta = jax.lax.stop_gradient(rc - rr)
-    ratio_of = lambda log_ratio: jnp.exp(jnp.clip(log_ratio, -MAX_LOG_RATIO, MAX_LOG_RATIO))  # noqa: E731
+
+    def ratio_of(log_ratio):
+        return jnp.exp(jnp.clip(log_ratio, -MAX_LOG_RATIO, MAX_LOG_RATIO))
+
     if clip_mode == "joint":
         ratio = ratio_of((pc - oc) - (pr - orj))
         surrogate, binds = _clipped_surrogate(ratio, delta, clip_ratio)
