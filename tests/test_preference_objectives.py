@@ -406,9 +406,24 @@ def _config(loss, **overrides):
     ("cpl", {"preference.conservative_bias": 0.0}, "config.preference.conservative_bias"),
     ("cpl", {"preference.discount": 1.5}, "config.preference.discount"),
     ("cpl", {"rl.tis_cap": 2.0}, "config.rl.tis_cap=2.0"),
+    ("cpl", {"rl.ref_reset_every": 4}, "config.rl.ref_reset_every=4"),  # reference-free: nothing to reset
 ])
 def test_config_errors_name_the_field(loss, overrides, field):
     from rl4llm import config as config_lib
 
     with pytest.raises(config_lib.ConfigError, match=field.replace(".", r"\.")):
         config_lib.parse(_config(loss, **overrides))
+
+
+@pytest.mark.parametrize("loss, keeps_reference", [("dpo", True), ("cpl", False), ("p3o", False)])
+def test_only_a_pair_loss_that_reads_it_keeps_a_reference_copy_without_kl(loss, keeps_reference):
+    import optax
+
+    from rl4llm import config as config_lib
+    from rl4llm import models
+    from rl4llm.train import state as state_lib
+
+    config = config_lib.parse(_config(loss, **{"rl.kl_coef": 0.0}))
+    params = models.init_params(models.get_config("nano", vocab_size=16), jax.random.key(0))
+    state = state_lib.init_rl_state(config, params, optax.sgd(0.0), jax.random.key(1))
+    assert (state.ref_params is not None) == keeps_reference

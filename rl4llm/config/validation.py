@@ -240,7 +240,7 @@ def _control_errors(config) -> list[str]:
             ("rl.kl_target", rl.kl_target, "adapts the KL coefficient"),
             ("rl.ref_reset_every", rl.ref_reset_every, "resets the KL reference policy"),
         ):
-            if value and not (path == "rl.ref_reset_every" and uses_pairwise_objective(config)):
+            if value and not (path == "rl.ref_reset_every" and pair_loss_reads_reference(config)):
                 errors.append(f"config.{path}={value!r}: {what}, but config.rl.kl_coef=0 turns KL off; set it > 0")
     if rl.entropy_target > 0 and not 0 <= rl.entropy_coef <= 1:
         errors.append(
@@ -493,9 +493,14 @@ def _rollout_chunk_errors(config) -> list[str]:
 
 
 def uses_pairwise_objective(config) -> bool:
-    """Whether a pairwise preference loss (`config.preference.loss`, online DPO) replaces `rl.loss`; it needs the
-    reference policy whether or not KL is on (`rl.ref_reset_every` then resets the DPO reference)."""
+    """Whether a pairwise preference loss (`config.preference.loss`: online DPO, CPL, P3O) replaces `rl.loss`."""
     return config.preference.loss != "none"
+
+
+def pair_loss_reads_reference(config) -> bool:
+    """Whether the pair loss reads the reference policy whether or not KL is on: DPO's log-ratios do
+    (`rl.ref_reset_every` then resets the DPO reference); CPL is reference-free and P3O's ratios are to π_old."""
+    return config.preference.loss == "dpo"
 
 
 def _preference_errors(config) -> list[str]:
