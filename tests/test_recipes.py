@@ -47,6 +47,9 @@ RECIPES = (
     "rlve",
     "treerl",
     "online_dpo",
+    "cpl",
+    "p3o",
+    "spo",
     "starpo_s",
     "scaler",
     "self_low_likelihood",
@@ -88,6 +91,12 @@ MECHANISMS = {
     "treerl": ("tree/branches", "tree/shared_token_frac", "tree/distinct_branches"),
     # the DPO path fires: groups gave best-vs-worst pairs and the pair loss was evaluated on them
     "online_dpo": ("dpo/valid_pair_frac", "dpo/loss"),
+    # CPL's pairs were formed and its (conservative) contrastive loss evaluated on them
+    "cpl": ("cpl/valid_pair_frac", "cpl/loss"),
+    # P3O's pair ratio left [1 - ε, 1 + ε] on a later epoch and the clip bound
+    "p3o": ("p3o/valid_pair_frac", "p3o/clip_frac"),
+    # SPO's win rates spread within groups: rows whose win rate is not ½ carry a non-zero advantage
+    "spo": ("useful_frac", "clip_frac"),
     # groups were dropped, and the kept ones had reward spread (the parity reward's odd-answer groups)
     "starpo_s": ("selection/dropped_groups", "selection/chosen_in_group_std"),
     # the parity reward is ~75 % right, so d rises from 0 by 2 x (0.75 - 0.5) per step
@@ -225,7 +234,8 @@ def test_recipe_runs_without_nans_and_its_mechanism_acts(name, sft_workdir, tmp_
         assert values and max(values) > 0, f"{name}: its mechanism metric {key} is {values or 'never logged'}"
     if recipe.get_config().rl.num_minibatches * recipe.get_config().rl.ppo_epochs > 1:
         # off-policy minibatch updates: the ratio moved (either way), so ratio-based losses differ from plain REINFORCE
-        assert any(max(abs(r.get("ratio_max", 1.0) - 1.0), abs(r.get("ratio_min", 1.0) - 1.0)) > 1e-3
+        prefix = "" if config.preference.loss == "none" else f"{config.preference.loss}/"  # a pair loss's ratios
+        assert any(max(abs(r.get(f"{prefix}ratio_max", 1.0) - 1.0), abs(r.get(f"{prefix}ratio_min", 1.0) - 1.0)) > 1e-3
                    for r in records.values()), name
 
 

@@ -283,23 +283,33 @@ class Prime:
     grad_clip: float = param(1.0, "its gradient-norm clip", Between(0.0, 1e9))
 
 
-PREFERENCE_LOSSES = ("none", "dpo")  # rl4llm.train.preference_step
+PREFERENCE_LOSSES = ("none", "dpo", "cpl", "p3o")  # rl4llm.train.preference_step
 
 
 @_section
 class Preference:
     """Pairwise preference objectives in the RL loop (rl4llm.train.preference_step): each group's best vs worst
-    completion by the reward (rl4llm.rl.preference.pairs_from_groups) is a pair, and the pairwise loss against the
-    reference policy replaces rl.loss: online DPO (Guo et al. 2024); with rl.ref_reset_every the reference is the
-    previous iterate (iterative DPO: DNO, DPO-VP)."""
+    completion by the reward (rl4llm.rl.preference.pairs_from_groups) is a pair, and the pairwise loss replaces
+    rl.loss: online DPO against the reference policy (Guo et al. 2024; with rl.ref_reset_every the reference is the
+    previous iterate: DNO, DPO-VP), CPL (Hejna et al. 2023, reference-free) or P3O (Wu et al. 2023, clipped pairwise
+    policy gradient on the reward difference)."""
 
-    loss: str = param("none", "'dpo': DPO on each group's best-vs-worst pair replaces rl.loss; 'none': off",
-                      OneOf(PREFERENCE_LOSSES))
+    loss: str = param("none", "the pair loss on each group's best-vs-worst pair that replaces rl.loss: dpo | cpl | "
+                      "p3o; 'none': off", OneOf(PREFERENCE_LOSSES))
     kind: str = param("sigmoid", "DPO variant: sigmoid | cdpo | robust | ipo (rl4llm.rl.preference.dpo_loss)",
                       OneOf(preference_lib.DPO_KINDS))
     beta: float = param(0.1, "beta of DPO (IPO's tau); TRL's default", Between(0.0, 1e3, low_open=True))
     label_smoothing: float = param(0.0, "epsilon, the label-flip probability of cdpo / robust (and sigmoid); 0: off",
                                    Between(0.0, 0.5))
+    alpha: float = param(0.1, "CPL: temperature alpha of a segment's score alpha * sum_k gamma^k log pi (official "
+                         "configs: 0.1)", Between(0.0, 1e3, low_open=True))
+    conservative_bias: float = param(0.5, "CPL: lambda on the rejected segment's score, softplus(lambda S_r - S_c); "
+                                     "1: unbiased (official configs: 0.5)", Between(0.0, 1.0, low_open=True))
+    discount: float = param(1.0, "CPL: gamma over a segment's tokens (official code: 1, undiscounted)",
+                            Between(0.0, 1.0, low_open=True))
+    clip_ratio: float = param(0.2, "P3O: epsilon of the sequence-ratio clip", Between(0.0, 1.0, low_open=True))
+    clip_mode: str = param("joint", "P3O: joint (V2, the pair ratio clipped once) | separate (V1, each response's "
+                           "ratio clipped)", OneOf(preference_lib.P3O_CLIP_MODES))
 
 
 REWARD_WEIGHTING = ("none", "dynamic", "constrained")  # rl4llm.train.companions.reward_weighting

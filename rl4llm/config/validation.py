@@ -241,7 +241,7 @@ def _control_errors(config) -> list[str]:
             ("rl.kl_target", rl.kl_target, "adapts the KL coefficient"),
             ("rl.ref_reset_every", rl.ref_reset_every, "resets the KL reference policy"),
         ):
-            if value and not (path == "rl.ref_reset_every" and uses_pairwise_objective(config)):
+            if value and not (path == "rl.ref_reset_every" and pair_loss_reads_reference(config)):
                 errors.append(f"config.{path}={value!r}: {what}, but config.rl.kl_coef=0 turns KL off; set it > 0")
     if rl.entropy_target > 0 and not 0 <= rl.entropy_coef <= 1:
         errors.append(
@@ -498,15 +498,21 @@ def _rollout_chunk_errors(config) -> list[str]:
 
 
 def uses_pairwise_objective(config) -> bool:
-    """Whether a pairwise preference loss (`config.preference.loss`, online DPO) replaces `rl.loss`; it needs the
-    reference policy whether or not KL is on (`rl.ref_reset_every` then resets the DPO reference)."""
+    """Whether a pairwise preference loss (`config.preference.loss`: online DPO, CPL, P3O) replaces `rl.loss`."""
     return config.preference.loss != "none"
+
+
+def pair_loss_reads_reference(config) -> bool:
+    """Whether the pair loss reads the reference policy whether or not KL is on: DPO's log-ratios do
+    (`rl.ref_reset_every` then resets the DPO reference); CPL is reference-free and P3O's ratios are to π_old."""
+    return config.preference.loss == "dpo"
 
 
 def _preference_errors(config) -> list[str]:
     """A pairwise objective learns from each group's best-vs-worst pair of sampled single-turn rollouts, in one
     update over the whole batch (`train.preference_step`): what cannot combine with it, and its kernel's settings
-    (DPO traced on a pair: IPO has no label smoothing, robust DPO needs epsilon < 0.5)."""
+    (the selected loss traced on a pair: IPO has no label smoothing, robust DPO needs epsilon < 0.5, P3O's clip
+    ratio < 1)."""
     p, rl = config.preference, config.rl
     if not uses_pairwise_objective(config):
         return []
@@ -527,9 +533,14 @@ def _preference_errors(config) -> list[str]:
         ("agent.env", config.agent.env, agent_config.is_agent_config(config), "pairs come from single-turn groups only"),
     )
     errors = [f"config.{path}={value!r}: {field} {why}" for path, value, bad, why in conflicts if bad]
-    try:  # traced on shapes: nothing compiles
-        jax.eval_shape(lambda x: preference.dpo_loss(x, x, x, x, beta=p.beta, kind=p.kind,
-                                                     label_smoothing=p.label_smoothing), jnp.zeros((1,)))
+    kernels = {  # the selected pair loss, traced on shapes: nothing compiles
+        "dpo": lambda x: preference.dpo_loss(x, x, x, x, beta=p.beta, kind=p.kind, label_smoothing=p.label_smoothing),
+        "cpl": lambda x: (preference.discounted_sequence_logprobs(x[None], x[None], gamma=p.discount),
+                          preference.cpl_loss(x, x, alpha=p.alpha, conservative_bias=p.conservative_bias)),
+        "p3o": lambda x: preference.p3o_loss(x, x, x, x, x, x, clip_ratio=p.clip_ratio, clip_mode=p.clip_mode),
+    }
+    try:
+        jax.eval_shape(kernels[p.loss], jnp.zeros((1,)))
     except ValueError as e:
         errors.append(f"config.preference.{e}")
     return errors

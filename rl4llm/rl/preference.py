@@ -1,7 +1,8 @@
-"""Preference objectives: the Bradley–Terry reward-model loss, DPO / cDPO / robust DPO / IPO, sequence
-log-probs, and best-vs-worst pairs from a GRPO group. Kernels only (not in the registry): the outcome reward model
-trains with `bradley_terry_loss`, and online DPO (`config.preference.loss`, `rl4llm.train.preference_step`) runs
-`dpo_loss` on `pairs_from_groups`' pairs.
+"""Preference objectives: the Bradley–Terry reward-model loss, DPO / cDPO / robust DPO / IPO, CPL, P3O, sequence
+log-probs (plain, length-normalised, discounted), and best-vs-worst pairs from a GRPO group. Pair losses are not in
+the registry (a pair loss is not a token loss of its contract): the outcome reward model trains with
+`bradley_terry_loss`, and the learner's pair objectives (`config.preference.loss`, `rl4llm.train.preference_step`)
+run `dpo_loss`, `cpl_loss` or `p3o_loss` on `pairs_from_groups`' pairs.
 
 Conventions (TRL's where the papers leave a choice; sources: `huggingface/trl` `trl/trainer/dpo_config.py`,
 `docs/source/dpo_trainer.md`, and the `DPOTrainer.dpo_loss` / `RewardTrainer.compute_loss` bodies):
@@ -22,11 +23,13 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl.aggregation import masked_sum, require
+from rl4llm.rl.aggregation import clip_torch_grad, masked_sum, require
 
 Metrics = dict
 
 DPO_KINDS = ("sigmoid", "cdpo", "robust", "ipo")
+P3O_CLIP_MODES = ("joint", "separate")
+MAX_LOG_RATIO = 20.0  # |Σ_t log π − log π_old| is clamped here before exp (verl clamps token log-ratios at ±20)
 
 
 def _float(x) -> jax.Array:
@@ -68,6 +71,23 @@ def sequence_logprobs(
         return total
     count = jnp.sum(mask, axis=-1)
     return total / jnp.maximum(count, 1.0)
+
+
+def discounted_sequence_logprobs(
+    token_logp: jax.Array,  # [P, T] per-token log-probs of the completion
+    mask: jax.Array,  # [P, T] 1 on completion tokens
+    *,
+    gamma: float = 1.0,
+) -> jax.Array:  # [P]
+    """Discounted segment log-prob `Σ_k γ^k·log π(a_k|s_k)` over the segment's valid tokens k = 0, 1, ... (CPL,
+    Hejna et al. 2023, arXiv 2310.13639, with a token as the action): k counts valid tokens only, so padding
+    or masked tokens inside the row do not advance the discount. γ = 1 is `sequence_logprobs` (the official CPL code,
+    `jhejna/cpl` `research/algs/cpl.py`, sums undiscounted). Values outside the mask are zeroed first.
+    """
+    require("gamma", gamma, 0.0 < gamma <= 1.0, "must be in (0, 1]")
+    token_logp, mask = _float(token_logp), _float(mask)
+    k = jnp.cumsum(mask, axis=-1) - mask  # index of each valid token among the row's valid tokens
+    return masked_sum(token_logp * jnp.power(gamma, k), mask, axis=-1)
 
 
 def bradley_terry_loss(
@@ -212,3 +232,216 @@ def pairs_from_groups(
     rejected = jnp.argmax(member & (col == gmin[None, :]), axis=0).astype(jnp.int32)
     valid = gmax > gmin
     return chosen, rejected, valid
+
+
+def cpl_loss(
+    policy_chosen_logp: jax.Array,  # [P] segment log-probs (`discounted_sequence_logprobs`)
+    policy_rejected_logp: jax.Array,  # [P]
+    *,
+    alpha: float = 0.1,
+    conservative_bias: float = 0.5,
+    valid: Optional[jax.Array] = None,  # [P] bool
+) -> tuple[jax.Array, Metrics]:
+    """Contrastive Preference Learning (Hejna et al. 2023, arXiv 2310.13639: the CPL loss and its conservative
+    variant): with the segments' scores `S = α·Σ_k γ^k log π(a_k|s_k)` (the optimal advantage under the
+    regret preference model, α the temperature),
+    `L = −log [e^{S_c} / (e^{S_c} + e^{λ·S_r})] = softplus(λ·S_r − S_c)`, λ = `conservative_bias` ∈ (0, 1] on the
+    rejected segment (1: the plain contrastive loss; λ < 1 asks S_c to beat a rejected score shrunk toward 0, i.e.
+    raised since log-probs are ≤ 0). This is the official code's `biased_bce_with_logits` (`jhejna/cpl`,
+    `logit12 = adv1 − bias·adv2`) with the label on the chosen side; defaults α = 0.1, λ = 0.5 as its
+    `configs/*/cpl.yaml`. Reference-free: no π_ref (for one-step segments it is DPO with π_ref ≡ 1 and β = α).
+
+    At S_c = S_r = 0 (or λ = 1 and S_c = S_r) the loss is log 2. Gradients: dL/dS_c = −σ(λS_r − S_c)·1 (< 0: raises
+    the chosen log-probs), dL/dS_r = λ·σ(λS_r − S_c) (> 0: lowers the rejected ones), times α per log-prob.
+    Metrics (means over valid pairs): `loss`, `accuracy` = mean[S_c > S_r] (unbiased comparison, as the official
+    code's accuracy), `margin` = mean(S_c − S_r), `logps/chosen`, `logps/rejected` (the segment log-probs),
+    `valid_frac`.
+    """
+    require("alpha", alpha, alpha > 0, "must be > 0")
+    require("conservative_bias", conservative_bias, 0.0 < conservative_bias <= 1.0, "must be in (0, 1]")
+    pc, pr = _float(policy_chosen_logp), _float(policy_rejected_logp)
+    ok = _valid_mask(valid, pc.shape)
+    pc, pr = jnp.where(ok, pc, 0.0), jnp.where(ok, pr, 0.0)
+    sc, sr = alpha * pc, alpha * pr
+    losses = jnp.where(ok, jax.nn.softplus(conservative_bias * sr - sc), 0.0)
+    sg = jax.lax.stop_gradient
+    metrics = {
+        "loss": _pair_mean(losses, ok),
+        "accuracy": _pair_mean((sg(sc) > sg(sr)).astype(losses.dtype), ok),
+        "margin": _pair_mean(sg(sc - sr), ok),
+        "logps/chosen": _pair_mean(sg(pc), ok),
+        "logps/rejected": _pair_mean(sg(pr), ok),
+        "valid_frac": _valid_frac(ok),
+    }
+    return losses, metrics
+
+
+def _clipped_surrogate(ratio: jax.Array, advantage: jax.Array, clip_ratio: float) -> tuple[jax.Array, jax.Array]:
+    """PPO's `min(ρ·A, clip(ρ, 1 − ε, 1 + ε)·A)` (torch clamp gradient at the bounds) and whether the clip binds."""
+    clipped = clip_torch_grad(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
+    binds = ((advantage > 0) & (ratio > 1.0 + clip_ratio)) | ((advantage < 0) & (ratio < 1.0 - clip_ratio))
+    return jnp.minimum(ratio * advantage, clipped * advantage), binds
+
+
+def p3o_loss(
+    policy_chosen_logp: jax.Array,  # [P] sequence log-probs Σ_t log π(y_t) of the current policy
+    policy_rejected_logp: jax.Array,  # [P]
+    old_chosen_logp: jax.Array,  # [P] the same under the policy that sampled them (π_old)
+    old_rejected_logp: jax.Array,  # [P]
+    chosen_reward: jax.Array,  # [P] r(x, y_c)
+    rejected_reward: jax.Array,  # [P] r(x, y_r)
+    *,
+    clip_ratio: float = 0.2,
+    clip_mode: str = "joint",
+    valid: Optional[jax.Array] = None,  # [P] bool
+) -> tuple[jax.Array, Metrics]:
+    """Pairwise Proximal Policy Optimization (Wu et al. 2023, arXiv 2310.00212, §4.2): a trajectory-wise policy
+    gradient on the relative reward Δ = r(y_1) − r(y_2) of two responses to the same prompt (Theorem 1:
+    ∇J = E[Δ·∇(log π(y_1) − log π(y_2))/2]), made proximal with sequence ratios ρ(y) = π(y)/π_old(y):
+
+    - `"joint"` (P3O-V2, joint clipping): the pair ratio R = ρ(y_1)/ρ(y_2) clipped once,
+      `L = −min(R·Δ, clip(R, 1 − ε, 1 + ε)·Δ)/2`;
+    - `"separate"` (P3O-V1, separate clipping): each response clipped as in PPO with its own advantage ±Δ/2,
+      `L = −[min(ρ_1·Δ, clip(ρ_1)·Δ) + min(ρ_2·(−Δ), clip(ρ_2)·(−Δ))]/2`.
+
+    The factor 1/2 keeps both at Theorem 1's gradient on-policy (ρ = R = 1): dL/dlog π(y_1) = −Δ/2 = −dL/dlog π(y_2)
+    (the clip variants as summaries of §4.2 give them; the paper's PDF was not read here, so the overall scale may
+    differ from it by a constant).
+    P3O is invariant to adding any prompt-dependent constant to the rewards (only Δ enters). ε = 0.2 (PPO's).
+    Convention kept from verl: the log-ratios are clamped to ±`MAX_LOG_RATIO` before exp (a sequence ratio of a
+    long completion overflows otherwise); the clip and the `min` follow torch at ties (`aggregation.clip_torch_grad`).
+    The paper's KL penalty in the reward (r − β·KL) is left to the caller (`rl.kl_coef` adds a KL term to the loss).
+
+    Metrics (means over valid pairs): `loss`, `clip_frac` (joint: the pair ratio's clip binds; separate: the share of
+    the two responses whose clip binds), `ratio_mean` (R, or the mean of ρ_1 and ρ_2), `ratio_max` / `ratio_min`
+    (over the valid pairs' ratios; 1 without one), `reward_margin` = mean Δ, `valid_frac`.
+    """
+    require("clip_ratio", clip_ratio, 0.0 < clip_ratio < 1.0, "must be in (0, 1)")
+    require("clip_mode", clip_mode, clip_mode in P3O_CLIP_MODES, f"must be one of {P3O_CLIP_MODES}")
+    pc, pr, oc, orj = (_float(x) for x in (policy_chosen_logp, policy_rejected_logp, old_chosen_logp,
+                                           old_rejected_logp))
+    ok = _valid_mask(valid, pc.shape)
+    pc, pr, oc, orj, rc, rr = (jnp.where(ok, x, 0.0) for x in (pc, pr, oc, orj, _float(chosen_reward),
+                                                                _float(rejected_reward)))
+    delta = jax.lax.stop_gradient(rc - rr)
+
+    def ratio_of(log_ratio):
+        return jnp.exp(jnp.clip(log_ratio, -MAX_LOG_RATIO, MAX_LOG_RATIO))
+
+    if clip_mode == "joint":
+        ratio = ratio_of((pc - oc) - (pr - orj))
+        surrogate, binds = _clipped_surrogate(ratio, delta, clip_ratio)
+        losses, clip_frac, ratio_mean, ratios = -surrogate / 2.0, binds.astype(pc.dtype), ratio, (ratio,)
+    else:
+        ratio_c, ratio_r = ratio_of(pc - oc), ratio_of(pr - orj)
+        surrogate_c, binds_c = _clipped_surrogate(ratio_c, delta, clip_ratio)
+        surrogate_r, binds_r = _clipped_surrogate(ratio_r, -delta, clip_ratio)
+        losses = -(surrogate_c + surrogate_r) / 2.0
+        clip_frac = (binds_c.astype(pc.dtype) + binds_r.astype(pc.dtype)) / 2.0
+        ratio_mean, ratios = (ratio_c + ratio_r) / 2.0, (ratio_c, ratio_r)
+    losses = jnp.where(ok, losses, 0.0)
+    sg = jax.lax.stop_gradient
+    ratios = sg(jnp.stack(ratios))  # [1 or 2, P]
+    any_valid = jnp.any(ok)
+    metrics = {
+        "loss": _pair_mean(losses, ok),
+        "clip_frac": _pair_mean(clip_frac, ok),
+        "ratio_mean": _pair_mean(sg(ratio_mean), ok),
+        "ratio_max": jnp.where(any_valid, jnp.max(jnp.where(ok, ratios, -jnp.inf), initial=-jnp.inf), 1.0),
+        "ratio_min": jnp.where(any_valid, jnp.min(jnp.where(ok, ratios, jnp.inf), initial=jnp.inf), 1.0),
+        "reward_margin": _pair_mean(delta, ok),
+        "valid_frac": _valid_frac(ok),
+    }
+    return losses, metrics
+
+
+def win_rates(
+    scores: jax.Array,  # [N]
+    group_ids: jax.Array,  # [N] ints in [0, num_groups)
+    *,
+    num_groups: int,
+) -> jax.Array:  # [N]
+    """Each completion's win rate against the other members of its group (SPO, Swamy et al. 2024, "A Minimaximalist
+    Approach to Reinforcement Learning from Human Feedback", arXiv 2401.04056: the self-play reward
+    `r(ξ_i) = 1/(n_g − 1)·Σ_{j∈g, j≠i} P(ξ_i ≻ ξ_j)`), with the verifier's scores as the preference:
+    P(i ≻ j) = 1[s_i > s_j] + ½·1[s_i = s_j] (a tie is a coin flip). The group's win rates average exactly ½
+    (each pair shares one win). A singleton group, a row whose id is outside [0, G), or a NaN score gets ½
+    (no comparison; NaN compares as a tie). Dense [N, N] same-group comparisons (deterministic, shardable).
+    """
+    s = _float(scores)
+    gid = jnp.asarray(group_ids)
+    in_range = (gid >= 0) & (gid < num_groups)
+    n = s.shape[0]
+    others = (gid[:, None] == gid[None, :]) & in_range[:, None] & ~jnp.eye(n, dtype=bool)  # [N, N]
+    ok = jnp.isfinite(s)
+    others = others & ok[:, None] & ok[None, :]
+    wins = jnp.where(s[:, None] > s[None, :], 1.0, jnp.where(s[:, None] == s[None, :], 0.5, 0.0))
+    count = jnp.sum(others, axis=-1).astype(s.dtype)
+    total = jnp.sum(jnp.where(others, wins, 0.0), axis=-1)
+    return jnp.where(count > 0, total / jnp.maximum(count, 1.0), 0.5)
+
+
+def spo_advantages(
+    scores: jax.Array,  # [N]
+    group_ids: jax.Array,  # [N]
+    *,
+    num_groups: int,
+) -> jax.Array:  # [N]
+    """SPO's advantage (Swamy et al. 2024, arXiv 2401.04056): the win-rate reward (`win_rates`) minus ½, the mean
+    win rate of every group (so this is the group-mean baseline, exactly). Only the ordering of the scores within a
+    group matters: any increasing transform of the rewards gives the same advantages. The paper feeds the win-rate
+    reward to a standard RL optimiser (PPO / SAC); the baseline ½ changes no expected gradient.
+    Range [−½, ½]: the best of n distinct scores gets ½, the worst −½; an all-equal group 0.
+    """
+    return win_rates(scores, group_ids, num_groups=num_groups) - 0.5
+
+
+def dmpo_turn_weights(
+    turn_id: jax.Array,  # [P, T] int: the turn (0-based) of each action token, −1 elsewhere
+    *,
+    gamma: float = 0.7,
+) -> jax.Array:  # [P, T]
+    """DMPO's per-token weight (Shi et al. 2024, "Direct Multi-Turn Preference Optimization for Language Agents",
+    arXiv 2406.14868): a token of turn j of a trajectory with T turns gets
+    `φ(j, T) = γ^j·(1 − γ^{T−j}) / (1 − γ^T)` (γ < 1), `(T − j)/T` (γ = 1): the discounted state-action occupancy
+    of turn j, normalised by the trajectory's length, which makes the Bradley–Terry partition terms of trajectories
+    of different lengths cancel. As the official code (`swt-user/DMPO`, `dmpo_trainer_efficient.py`
+    `get_batch_loss_metrics`), T = the row's number of agent turns (here max turn_id + 1); 0 off action tokens.
+    """
+    require("gamma", gamma, 0.0 < gamma <= 1.0, "must be in (0, 1]")
+    turn_id = jnp.asarray(turn_id)
+    num_turns = (jnp.max(turn_id, axis=-1, keepdims=True, initial=-1) + 1).astype(jnp.float32)  # [P, 1]
+    j = jnp.maximum(turn_id, 0).astype(jnp.float32)
+    if gamma == 1.0:
+        weights = (num_turns - j) / jnp.maximum(num_turns, 1.0)
+    else:
+        weights = gamma ** j * (1.0 - gamma ** (num_turns - j)) / (1.0 - gamma ** jnp.maximum(num_turns, 1.0))
+    return jnp.where(turn_id >= 0, weights, 0.0)
+
+
+def dmpo_loss(
+    policy_chosen_logp: jax.Array,  # [P, T] per-token log-probs of the chosen trajectory
+    policy_rejected_logp: jax.Array,  # [P, T'] of the rejected one
+    ref_chosen_logp: jax.Array,  # [P, T]
+    ref_rejected_logp: jax.Array,  # [P, T']
+    chosen_turn_id: jax.Array,  # [P, T] int: turn of each action token, −1 elsewhere (observations, padding)
+    rejected_turn_id: jax.Array,  # [P, T']
+    *,
+    beta: float = 0.1,
+    gamma: float = 0.7,
+    valid: Optional[jax.Array] = None,  # [P] bool
+) -> tuple[jax.Array, Metrics]:
+    """DMPO (Shi et al. 2024, arXiv 2406.14868): DPO over multi-turn trajectories with each action token's
+    log-ratio weighted by its turn's `dmpo_turn_weights`,
+    `L = −log σ(β·[Σ_t φ_c,t·(log π − log π_ref)(y_c,t) − Σ_t φ_r,t·(log π − log π_ref)(y_r,t)])`:
+    `dpo_loss` (kind "sigmoid") on the φ-weighted sums (`sequence_logprobs` of φ·log π); observation tokens and
+    padding (turn_id −1) weigh 0. Defaults β = 0.1, γ = 0.7 (the official trainer's). Single-turn trajectories
+    (φ = 1) give DPO. Returns `dpo_loss`'s (losses[P], metrics).
+    """
+    def weighted(logp, turn_id):
+        w = dmpo_turn_weights(turn_id, gamma=gamma)
+        return sequence_logprobs(_float(logp) * w, (w > 0).astype(jnp.float32))
+
+    return dpo_loss(weighted(policy_chosen_logp, chosen_turn_id), weighted(policy_rejected_logp, rejected_turn_id),
+                    weighted(ref_chosen_logp, chosen_turn_id), weighted(ref_rejected_logp, rejected_turn_id),
+                    beta=beta, kind="sigmoid", valid=valid)

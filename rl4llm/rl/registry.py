@@ -64,7 +64,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl import advantages, entropy, losses, multi_turn, off_policy, tree
+from rl4llm.rl import advantages, entropy, losses, multi_turn, off_policy, preference, tree
 
 ADVANTAGES: dict[str, Callable[..., Any]] = {
     "grpo": advantages.grpo,
@@ -91,6 +91,7 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "tree_opo": tree.tree_opo,  # tree rollouts: r − α·V(prefix) over the prefix's subtree, on the row's own tokens
     "cure": tree.cure,  # CURE's critical-token trees (config.tree.criterion="critical"): GRPO on own tokens
     "ettrl": tree.ettrl,  # ETTRL Adv-Res: GRPO × (1 + (H̄_g − H_i)/H̄_g), H = response mean token entropy
+    "spo": preference.spo_advantages,  # SPO: each completion's win rate in its group − ½ (the verifier as preference)
     # Multi-turn agents (turn-level credit; the trajectory-level baseline is "grpo"): `rl.multi_turn`.
     "mt_grpo": multi_turn.mt_grpo,
     "igpo": multi_turn.igpo,

@@ -26,7 +26,7 @@ def init_rl_state(config, init_params, optimizer, key) -> learner_lib.TrainState
     """The policy's part of the RL stage's initial TrainState: params, optimizer state, the reference copy when KL is
     on or a pairwise objective (online DPO) needs it, the key; no extras (the companions', `init_companions`)."""
     rl = config.rl
-    uses_reference = rl.kl_coef > 0 or config_lib.uses_pairwise_objective(config)
+    uses_reference = rl.kl_coef > 0 or config_lib.pair_loss_reads_reference(config)
     return learner_lib.TrainState(
         params=init_params,
         opt_state=optimizer.init(lora.trainable(init_params)),
