@@ -197,5 +197,9 @@ def reward_spec(config) -> pipeline_lib.RewardSpec:
 
 
 def placed(setup: Setup, state):
-    """A learner state on the learner mesh (`Layout.shard_state`), or as it is without a mesh."""
-    return setup.layout.shard_state(state) if setup.layout else state
+    """A learner state on the learner mesh (`Layout.shard_state`), or without a mesh committed to the one device.
+
+    Committed, every leaf has the sharding the programs' outputs (and a restored checkpoint) have, so each jitted
+    program compiles once: jit keys its cache on the arguments' shardings, and a fresh state's uncommitted leaves
+    (`jnp.zeros` of the optimizer's counters) would make the first update compile a program of its own."""
+    return setup.layout.shard_state(state) if setup.layout else jax.device_put(state, jax.devices()[0])
