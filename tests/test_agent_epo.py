@@ -166,8 +166,12 @@ def test_epo_with_zero_coef_is_the_baseline_learner_step_and_the_update_extends_
     base_params, base, _ = _update(setup, params, _cfg(), batch)
     zero_cfg = _cfg(epo=_epo(coef=0.0, kappa_low=0.9, kappa_high=1.1))
     zero_params, zero, new_history = _update(setup, params, zero_cfg, batch, history)
-    np.testing.assert_array_equal(zero_params, base_params)
-    assert {k: zero[k] for k in base} == base and zero["epo/indicator_penalty"] > 0  # the corridor is on
+    # Two programs (with and without the zero-weighted term) may round differently: the same update to float32
+    # rounding (2e-7 measured under the tests' XLA flags, conftest.py), far below the update itself (lr 1e-3).
+    np.testing.assert_allclose(zero_params, base_params, rtol=0, atol=1e-6)
+    for key, value in base.items():
+        assert float(zero[key]) == pytest.approx(float(value), rel=1e-5, abs=1e-7), key
+    assert zero["epo/indicator_penalty"] > 0  # the corridor is on
     # The update's action tokens joined the history: per turn index exactly, and their entropy total is the
     # learner's token-mean entropy of the batch (before its update) times their number.
     counts = new_history.token_counts - old_counts

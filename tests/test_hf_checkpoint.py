@@ -18,6 +18,7 @@ from safetensors.numpy import save_file
 
 from rl4llm import models, sampling
 from rl4llm.models import hf_checkpoint
+from tests import subprocess_env
 
 SHAPE = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=64)
@@ -202,7 +203,7 @@ def test_bad_checkpoints_fail_naming_the_tensor_or_field(hf_dirs, tmp_path):
 
 def test_import_places_params_with_their_sharding(hf_dirs):
     """On 8 simulated devices, a (fsdp=2, tensor=4) mesh import equals the unsharded one (hf_sharded_check.py)."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env = subprocess_env.simulated_cpu_devices(8)
     script = pathlib.Path(__file__).with_name("hf_sharded_check.py")
     result = subprocess.run([sys.executable, str(script), hf_dirs["qwen2"][1]], env=env, capture_output=True,
                             text=True, timeout=300)

@@ -4,7 +4,6 @@ Hand-computed where possible: forking-token mask, truncated IS weights, adaptive
 coefficients, ProRL reference reset, whole-batch token statistics, Lp-Reg proxy in the chunked pass.
 """
 
-import math
 
 import jax
 import jax.numpy as jnp

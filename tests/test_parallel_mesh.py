@@ -6,7 +6,6 @@ The sharded runs need several devices: they run in subprocesses with simulated C
 localhost, for the multi-host run.
 """
 
-import os
 import pathlib
 import socket
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 from rl4llm.parallel import distributed
 from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.train import metrics as metrics_lib
+from tests import subprocess_env
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -71,7 +71,7 @@ def test_distributed_arguments_from_config_or_environment():
 
 
 def test_sharded_learner_and_sampler_match_single_device():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env = subprocess_env.simulated_cpu_devices(8)
     script = pathlib.Path(__file__).with_name("parallel_mesh_check.py")
     result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
@@ -100,7 +100,7 @@ _RUN_FLAGS = (
 def _run_two_processes(workdir, rl_steps: int, timeout_s: int = 400) -> list[str]:
     """Runs experiments.train as processes 0 and 1 of one job; returns their outputs (fails with both)."""
     port = _free_port()
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env = subprocess_env.simulated_cpu_devices(2)
     procs, logs = [], []
     for pid in range(2):
         log = open(workdir.parent / f"process{pid}_{rl_steps}.log", "w+")

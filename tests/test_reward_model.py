@@ -4,7 +4,6 @@ steps that learn, and a bit-exact checkpoint round trip."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from rl4llm import reward_model as rm
 from rl4llm.data import arithmetic
 from rl4llm.tokenizers import sentencepiece_tokenizer
 from rl4llm.train import optim
+from tests import subprocess_env
 
 CFG = models.get_config("nano", vocab_size=24)
 
@@ -114,8 +114,7 @@ def test_scores_are_invariant_to_padding_layout_and_length(params):
 def test_scores_are_invariant_to_sharding():
     """tests/reward_model_sharded_check.py on 4 simulated devices: data, fsdp, tensor and mixed meshes."""
     root = pathlib.Path(__file__).resolve().parent.parent
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(root))
+    env = subprocess_env.simulated_cpu_devices(4, PYTHONPATH=str(root))
     result = subprocess.run([sys.executable, str(root / "tests" / "reward_model_sharded_check.py")], env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "OK" in result.stdout, result.stdout + result.stderr

@@ -4,7 +4,6 @@ reference solutions, held-out splits are disjoint and seed-independent, difficul
 import re
 
 import ml_collections
-import numpy as np
 import pytest
 
 from configs import default

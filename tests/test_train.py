@@ -3,6 +3,8 @@
 import functools
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +25,9 @@ from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import job
 from rl4llm.train import optim
 from rl4llm.train import programs
+from tests import subprocess_env
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def tiny_config(**rl_overrides):
@@ -137,10 +142,8 @@ def test_non_finite_gradient_skips_the_update_and_finite_ones_are_adamw_exactly(
     assert (int(s_after.notfinite_count), int(s_after.total_notfinite)) == (0, 2)
 
 
-@pytest.mark.parametrize("preset", ["nano", "arith"])
-def test_guarded_optimizer_trains_bit_identically_to_adamw(preset):
-    """Ten SFT steps with the guarded optimizer equal plain AdamW's bit for bit: the guard must not change how XLA
-    compiles the update (optax.apply_if_finite's lax.cond changed the rounding, and the main job's result with it)."""
+def guarded_and_plain_adamw_agree(preset: str) -> None:
+    """Ten SFT steps of `preset` with the guarded optimizer and with plain AdamW: asserts equal params, bit for bit."""
     from rl4llm.train import sft
 
     c = default.get_config()
@@ -162,6 +165,17 @@ def test_guarded_optimizer_trains_bit_identically_to_adamw(preset):
             state, _ = step(state, tokens, attention, completion)
         trained.append(state.params)
     jax.tree.map(np.testing.assert_array_equal, *trained)
+
+
+def test_guarded_optimizer_trains_bit_identically_to_adamw():
+    """Ten SFT steps with the guarded optimizer equal plain AdamW's bit for bit: the guard must not change how XLA
+    compiles the update (optax.apply_if_finite's lax.cond changed the rounding, and the main job's result with it).
+    A property of XLA's default compile, which the binaries use: checked in a subprocess without the test session's
+    compile flags (tests/conftest.py), for the nano and arith presets."""
+    script = "from tests.test_train import guarded_and_plain_adamw_agree as f; f('nano'); f('arith'); print('OK')"
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=subprocess_env.default_xla_flags(),
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stdout + result.stderr[-5000:]
 
 
 def test_non_finite_loss_skips_updates_then_checkpoints_the_last_good_state_and_stops(tmp_path, capsys, monkeypatch):
@@ -421,15 +435,12 @@ def test_default_config_is_valid_and_all_errors_are_reported_together():
 
 
 def test_binary_rejects_bad_config_before_compiling(tmp_path):
-    import subprocess
-    import sys
-
     workdir = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "experiments.train", f"--workdir={workdir}", "--config.rl.num_minibatches=7"],
         capture_output=True,
         text=True,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=REPO,
         timeout=120,
     )
     assert proc.returncode != 0
@@ -438,14 +449,11 @@ def test_binary_rejects_bad_config_before_compiling(tmp_path):
 
 
 def test_binary_names_unknown_fields_with_suggestions_and_exits_2(tmp_path):
-    import subprocess
-    import sys
-
     workdir = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "experiments.train", f"--workdir={workdir}", "--config=configs/dapo_ladder.py:dapo",
          "--config.rl.lr=-1", "--config.sft.stpes=3", "--config.rl.loss_kwargs.clip_high=0.3"],
-        capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=120,
+        capture_output=True, text=True, cwd=REPO, timeout=120,
     )
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
