@@ -61,6 +61,7 @@ RECIPES = (
     "cure",
     "ettrl",
     "grpo_soft_verifier",
+    "hapo",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -118,6 +119,9 @@ MECHANISMS = {
     "ettrl": ("pseudo_label/agreement", "tree/branches"),
     # the (random nano) verifier's P(Yes) differs between a group's completions: GRPO's advantages come from it
     "grpo_soft_verifier": ("verifier/group_std", "verifier/p_yes_mean"),
+    # the second step's tokens were drawn at different temperatures (the first step's entropy statistics), and the
+    # entropy-adaptive clip ranges clipped some tokens
+    "hapo": ("temperature/std", "clip_frac"),
 }
 
 
@@ -171,11 +175,13 @@ def shrink(config):
     tiny = tiny_config()
     task = config.task  # the recipe's reward shaping and extra reward components stay
     shaping = (task.length_shaping, task.length_shaping_kwargs, task.extra_rewards, task.extra_rewards_mode)
+    adaptive_temperature = (config.sampling.temperature_tau, config.sampling.temperature_pivot)  # HAPO's stays
     for section in ("task", "model", "sampling", "sft", "eval", "checkpoint"):
         config[section] = tiny[section]
     config.sft.steps = SFT_STEPS
     (config.task.length_shaping, config.task.length_shaping_kwargs, config.task.extra_rewards,
      config.task.extra_rewards_mode) = shaping
+    config.sampling.temperature_tau, config.sampling.temperature_pivot = adaptive_temperature
     config.log_every = tiny.log_every
     config.rl.steps = RL_STEPS
     config.rl.num_prompts = tiny.rl.num_prompts

@@ -106,6 +106,11 @@ class Sampling:
     top_p: float = param(1.0, "nucleus sampling mass", Between(0.0, 1.0, low_open=True))
     min_p: float = param(0.0, "min-p: keep tokens with p >= min_p * max p, after top-k/top-p (0: off)",
                          Between(0.0, 1.0))
+    temperature_tau: float = param(0.0, "HAPO adaptive temperature: token t drawn at temperature*(1 + tau*h_t), h_t "
+                                   "in [-1, 1] its logits' entropy score under the previous RL step's statistics "
+                                   "(rl.entropy.normalized_entropy_stats; 0: off; HAPO: 0.05)", Between(0.0, 0.99))
+    temperature_pivot: float = param(0.8, "HAPO adaptive temperature: the log-entropy quantile that scores h = 0 "
+                                     "(HAPO's entropy_pivot)", Between(0.0, 1.0))
     max_new_tokens: int = param(32, "the response budget", AtLeast(1))
     shared_prefix_prefill: bool = param(False, "prefill each prompt once, fork its KV cache to its G rows "
                                         "(fewer FLOPs; rounds differently from the G prefills)", Boolean())

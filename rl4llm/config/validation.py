@@ -497,6 +497,20 @@ def _rollout_chunk_errors(config) -> list[str]:
     return errors
 
 
+def _adaptive_temperature_errors(config) -> list[str]:
+    """HAPO's adaptive temperature (`sampling.temperature_tau`) is a single-turn sampler control: the tree and the
+    multi-turn samplers draw every token at the base temperature."""
+    if not config.sampling.temperature_tau:
+        return []
+    field = f"config.sampling.temperature_tau={config.sampling.temperature_tau}"
+    errors = []
+    if config.tree.enabled:
+        errors.append(f"{field}: tree rollouts (config.tree.enabled) sample at the base temperature; set it to 0")
+    if agent_config.is_agent_config(config):
+        errors.append(f"{field}: agent runs sample with config.agent's multi-turn sampler; set it to 0")
+    return errors
+
+
 def uses_pairwise_objective(config) -> bool:
     """Whether a pairwise preference loss (`config.preference.loss`: online DPO, CPL, P3O) replaces `rl.loss`."""
     return config.preference.loss != "none"
@@ -753,6 +767,7 @@ CHECKS = (
     (_reward_weighting_errors, ()),
     (_tree_errors, ("rl", "tree", "selection")),
     (_rollout_chunk_errors, ("rl", "sampling", "tree", "selection")),
+    (_adaptive_temperature_errors, ("sampling",)),
     (_reward_model_errors, ()),
     (_generative_verifier_errors, ()),
     (_selection_errors, ("rl", "selection")),

@@ -86,10 +86,10 @@ class Layout:
         if program is None:
             mesh = self.meshes.sampler
 
-            def generate(params, prompt_tokens, prompt_mask, key, prompt_index=None, row_offset=0):
+            def generate(params, prompt_tokens, prompt_mask, key, prompt_index=None, row_offset=0, entropy_stats=None):
                 with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):  # activations' row constraints
                     return sampling.generate(self.model_cfg, params, prompt_tokens, prompt_mask, key, sampling_cfg,
-                                             prompt_index, row_offset=row_offset)
+                                             prompt_index, row_offset=row_offset, entropy_stats=entropy_stats)
 
             program = jax.jit(generate, out_shardings=rules_lib.replicated(mesh))
             self._generate_programs[sampling_cfg] = program
@@ -111,13 +111,16 @@ class Layout:
         return rows if num_rows % rows.num_devices == 0 else rules_lib.replicated(self.meshes.sampler)
 
     def generate(self, params: Any, prompt_tokens, prompt_mask, key: jax.Array,
-                 sampling_cfg: sampling.SamplingConfig, prompt_index=None, row_offset: int = 0) -> sampling.Rollout:
+                 sampling_cfg: sampling.SamplingConfig, prompt_index=None, row_offset: int = 0,
+                 entropy_stats=None) -> sampling.Rollout:
         """`sampling.generate` on the sampler mesh; `params` are the LEARNER's (resharded here), prompt_tokens /
         prompt_mask [B, P] host or device arrays, `key` a PRNG key, prompt_index None or [N], row_offset the first
-        row's index in the whole rollout (`sampling.generate`). The Rollout comes back replicated on the learner mesh
-        (readable by every process; the learner's steps split its rows)."""
+        row's index in the whole rollout, entropy_stats HAPO's [4] or None (`sampling.generate`). The Rollout comes
+        back replicated on the learner mesh (readable by every process; the learner's steps split its rows)."""
         inputs = self.sampler_inputs(params, prompt_tokens, prompt_mask, key, prompt_index)
-        rollout = self.generate_program(sampling_cfg)(*inputs, row_offset)
+        if entropy_stats is not None:
+            entropy_stats = rules_lib.place(entropy_stats, rules_lib.replicated(self.meshes.sampler))
+        rollout = self.generate_program(sampling_cfg)(*inputs, row_offset, entropy_stats)
         return rollout if self.meshes.shared else rules_lib.place(rollout, rules_lib.replicated(self.meshes.learner))
 
 

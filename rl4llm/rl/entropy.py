@@ -222,6 +222,39 @@ def forking_token_mask(
     return ((entropy >= threshold) & (mask != 0)).astype(jnp.float32)
 
 
+def normalized_entropy_stats(
+    entropy: jax.Array,  # [N, T]
+    mask: jax.Array,  # [N, T]
+    *,
+    pivot: float = 0.8,
+) -> jax.Array:  # [4]: (centre, spread, scale_pos, scale_neg)
+    """The statistics of HAPO's token entropy score ĥ over the valid tokens of a batch (Liu et al. 2025, "From
+    Uniform to Heterogeneous"; starriver030515/HAPO `core_algos.compute_entropy_h`):
+
+    ```
+    e = log(max(H, 1e-8));  centre = quantile_pivot(e over valid tokens, "nearest");
+    spread = sqrt(mean_valid((e − centre)²));  z = (e − centre)/spread;
+    scale_pos = 1 / max(z over valid, z > 0),   scale_neg = 1 / |min(z over valid, z ≤ 0)|
+    ```
+    so that ĥ = z·scale_pos for z > 0 and z·scale_neg for z ≤ 0 lies in [−1, 1] on these tokens
+    (`normalized_entropy_scores`). A zero spread or an empty side gives a scale of 1 (the side's ĥ is then 0 or
+    absent). The sampler's adaptive temperature reads the previous RL step's stats (`sampling.entropy_temperature`).
+    The official code's scale_neg is −1/|min z|, so its ĥ is ≥ 0 on both sides of the centre; here ĥ < 0 below
+    it, as the paper's formulas (temperature T·(1 + τ·ĥ) and the clip ranges) have it.
+    """
+    require("pivot", pivot, 0 <= pivot <= 1, "must lie in [0, 1]")
+    e = jnp.log(jnp.maximum(jax.lax.stop_gradient(entropy), 1e-8))
+    centre = masked_quantile(e, mask, pivot, interpolation="nearest")
+    spread = jnp.sqrt(masked_mean(jnp.square(e - centre), mask))
+    z = (e - centre) / jnp.where(spread > 0, spread, 1.0)
+    valid = mask != 0
+    z_max = jnp.max(jnp.where(valid & (z > 0), z, 0.0))
+    z_min = jnp.min(jnp.where(valid & (z <= 0), z, 0.0))
+    scale_pos = 1.0 / jnp.where(z_max > 0, z_max, 1.0)
+    scale_neg = 1.0 / jnp.where(z_min < 0, -z_min, 1.0)
+    return jnp.stack([centre, jnp.where(spread > 0, spread, 1.0), scale_pos, scale_neg]).astype(jnp.float32)
+
+
 def normalized_entropy_scores(
     entropy: jax.Array,  # [N, T]
     mask: jax.Array,  # [N, T]
@@ -234,19 +267,12 @@ def normalized_entropy_scores(
     e = log(max(H, 1e-8));  μ = quantile_pivot(e over valid tokens, "nearest");  s = sqrt(mean_valid((e − μ)²))
     z = (e − μ)/s;  ĥ = z / max(z over valid, z > 0)  for z > 0,   ĥ = z / |min(z over valid, z ≤ 0)|  for z ≤ 0
     ```
-    so ĥ ∈ [−1, 1] on valid tokens and ĥ = 0 at the pivot token. Treated as a constant.
+    (μ, s and the two scales: `normalized_entropy_stats`), so ĥ ∈ [−1, 1] on valid tokens and ĥ = 0 at the pivot
+    token. Treated as a constant.
     """
-    require("pivot", pivot, 0 <= pivot <= 1, "must lie in [0, 1]")
-    e = jnp.log(jnp.maximum(jax.lax.stop_gradient(entropy), 1e-8))
-    centre = masked_quantile(e, mask, pivot, interpolation="nearest")
-    spread = jnp.sqrt(masked_mean(jnp.square(e - centre), mask))
-    z = (e - centre) / jnp.where(spread > 0, spread, 1.0)
-    valid = mask != 0
-    z_max = jnp.max(jnp.where(valid & (z > 0), z, 0.0))
-    z_min = jnp.min(jnp.where(valid & (z <= 0), z, 0.0))
-    pos = z / jnp.where(z_max > 0, z_max, 1.0)
-    neg = z / jnp.where(z_min < 0, -z_min, 1.0)
-    return jnp.where(z > 0, pos, neg) * valid
+    centre, spread, scale_pos, scale_neg = normalized_entropy_stats(entropy, mask, pivot=pivot)
+    z = (jnp.log(jnp.maximum(jax.lax.stop_gradient(entropy), 1e-8)) - centre) / spread
+    return jnp.where(z > 0, z * scale_pos, z * scale_neg) * (mask != 0)
 
 
 def steer_token_weights(

@@ -746,8 +746,8 @@ def hapo(
     Low-entropy tokens get room to decrease, high-entropy ones room to increase; high-entropy tokens
     far from the old policy have their advantage amplified, low-entropy ones near it damped. The
     recipes use α = β = 1, pivot 0.8; α = β = 0 is exactly `ppo_clip` (β ≤ 1 keeps the sign of A).
-    Not here: HAPO's adaptive sampling temperature (the sampler's `entropy_temperature`); its token-level group
-    advantage is `advantages.hapo`. On-policy ρ = 1 lies strictly inside the neutral zone (for clip ranges
+    Not here: HAPO's adaptive sampling temperature (`config.sampling.temperature_tau`,
+    `train.companions.adaptive_temperature`); its token-level group advantage is `advantages.hapo`. On-policy ρ = 1 lies strictly inside the neutral zone (for clip ranges
     > 0), so dL/dlogp_t = −A_t·(1 + β·ĥ_t if ĥ_t ≤ 0 else 1)·w_t; clip ties as `ppo_clip`.
     Metrics: `ppo_clip`'s with the per-token ranges (clip_frac_high = mean[Â > 0 and ρ > 1 + ε_hi], ...) and
     neutral_frac = fraction of valid tokens inside the neutral zone.

@@ -168,8 +168,9 @@ def entropy_temperature(logits: jax.Array, temperature: float, entropy_stats: ja
         h = (e - median) / (std + 1e-6),  ĥ = clip(h * scale_pos if h > 0 else h * scale_neg, -1, 1),
         T = temperature * (1 + ĥ * tau)
 
-    entropy_stats = (median, std, scale_pos, scale_neg) [4] of the previous step's log-entropies (the official
-    code takes them from the last training step's tokens). Returns T [N] float32, in temperature * [1 - tau,
+    entropy_stats = (median, std, scale_pos, scale_neg) [4] of the previous step's log-entropies
+    (`rl.entropy.normalized_entropy_stats`: its centre, the official code's "median", is the pivot quantile; the run
+    keeps them in `train.companions.adaptive_temperature`). Returns T [N] float32, in temperature * [1 - tau,
     1 + tau]: high-entropy positions are sampled hotter, confident ones cooler.
     """
     logits = logits.astype(jnp.float32)
@@ -287,7 +288,7 @@ def generate(model_cfg: ModelConfig, params: Params, prompt_tokens: jax.Array,
     index of this call's first row in the whole rollout, so generating a batch in chunks of rows, each with its
     offset, gives the rows of one call (`train.rollouts.sample_completions`). The decode loop stops once every row
     has emitted a stop token or T tokens exist. entropy_stats: HAPO's
-    (median, std, scale_pos, scale_neg) [4], required with sampling_cfg.temperature_tau > 0 (`entropy_temperature`
+    (median, std, scale_pos, scale_neg) [4] (`rl.entropy.normalized_entropy_stats`), required with sampling_cfg.temperature_tau > 0 (`entropy_temperature`
     sets each token's temperature; Rollout.temperatures records them). Jitted with both configs static: the same
     shapes and configs never recompile. Log-probs follow the module docstring convention.
     """

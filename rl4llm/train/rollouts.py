@@ -20,13 +20,14 @@ from rl4llm.train import prompt_selection
 from rl4llm.train.setup import Setup
 from rl4llm.verifiers import generative as generative_lib
 
-def generate(setup: Setup, params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index=None, row_offset=0
-             ) -> sampling.Rollout:
+def generate(setup: Setup, params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index=None, row_offset=0,
+             entropy_stats=None) -> sampling.Rollout:
     """`sampling.generate`, on the sampler mesh when the run has a mesh (`Layout.generate`)."""
     if setup.layout is None:
         return sampling.generate(setup.model_cfg, params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index,
-                                 row_offset=row_offset)
-    return setup.layout.generate(params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index, row_offset)
+                                 row_offset=row_offset, entropy_stats=entropy_stats)
+    return setup.layout.generate(params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index, row_offset,
+                                 entropy_stats)
 
 
 def prompts_per_call(config, num_prompts: int) -> int:
@@ -36,8 +37,9 @@ def prompts_per_call(config, num_prompts: int) -> int:
 
 
 def sample_completions(config, setup: Setup, params, prompt_tokens, prompt_mask, counts: np.ndarray, key,
-                       sampling_cfg) -> dict:
-    """`counts[i]` completions of each prompt i of [B, P] (in order), drawn with `sampling_cfg`, as host arrays
+                       sampling_cfg, entropy_stats=None) -> dict:
+    """`counts[i]` completions of each prompt i of [B, P] (in order), drawn with `sampling_cfg` (and HAPO's
+    `entropy_stats` with an adaptive temperature: the rows' per-token `temperatures` then come back too), as host arrays
     [sum(counts), ...] by Rows field. The prompts go to the sampler K = `prompts_per_call` at a time, the last call filled up with copies
     of the last prompt (their rows dropped), so that every call runs the one compiled program of K prompts x g rows
     (`sampling.rows_per_call`; validation makes the counts all g then). Call c starts at row c*K*g of the whole
@@ -54,10 +56,11 @@ def sample_completions(config, setup: Setup, params, prompt_tokens, prompt_mask,
         tokens, mask = prompt_tokens[chunk], prompt_mask[chunk]
         offset = int(counts[order[:c * k]].sum())
         if config.sampling.shared_prefix_prefill:  # each prompt prefilled once, its KV cache forked to its rows
-            rollouts.append(generate(setup, params, tokens, mask, key, sampling_cfg, prompt_index, offset))
+            rollouts.append(generate(setup, params, tokens, mask, key, sampling_cfg, prompt_index, offset,
+                                     entropy_stats))
         else:
             rollouts.append(generate(setup, params, tokens[prompt_index], mask[prompt_index], key, sampling_cfg,
-                                     row_offset=offset))
+                                     row_offset=offset, entropy_stats=entropy_stats))
     parts = [_completions(r) for r in rollouts]
     return {f: np.concatenate([p[f] for p in parts])[:int(counts.sum())] for f in parts[0]}
 
@@ -158,20 +161,23 @@ def with_traces(config, setup: Setup, completions: dict, counts: np.ndarray, tra
     return merged, counts + num_traces
 
 
-def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes, traces=None, greedy=False):
+def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes, traces=None, greedy=False,
+                  *, entropy_stats=None):
     """`counts[i]` completions of each prompt `prompts[i]` (in order), then its off-policy `traces[i]` (texts; None:
     none, `with_traces`), all scored against `answers[i]` in one call with `prefixes[i]` scored before each
-    completion; `greedy`: decoded greedily (the evaluation's sampling config) instead of at the rollout's.
+    completion; `greedy`: decoded greedily (the evaluation's sampling config) instead of at the rollout's, which
+    reads HAPO's `entropy_stats` with an adaptive temperature (`temperature_metrics`).
     -> (`prompt_selection.Rows` [sum(counts) + traces], reward metrics)."""
     counts = np.asarray(counts)
     prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
-    tree_metrics = {}
+    sampler_metrics = {}
     sampling_cfg = setup.eval_spec.greedy if greedy else setup.rollout_cfg
     if config.tree.enabled:  # each group is one tree of counts[i] = M(1 + LNT) paths (validation)
-        completions, tree_metrics = tree_completions(config, setup, params, prompt_tokens, prompt_mask, key)
+        completions, sampler_metrics = tree_completions(config, setup, params, prompt_tokens, prompt_mask, key)
     else:
         completions = sample_completions(config, setup, params, prompt_tokens, prompt_mask, counts, key,
-                                         sampling_cfg)
+                                         sampling_cfg, None if greedy else entropy_stats)
+    sampler_metrics.update(temperature_metrics(completions.pop("temperatures", None), completions["completion_mask"]))
     completions["off_policy"] = np.zeros(int(counts.sum()), bool)
     sizes = counts
     if traces is not None:
@@ -186,13 +192,24 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
         prompt_tokens=row_tokens, prompt_mask=row_mask, scores=scores, main=main, components=components,
         hint_chars=np.zeros(len(scores), np.int32), fresh=np.ones(len(scores), bool), **completions,
     )
-    return rows, {**reward_metrics, **tree_metrics}
+    return rows, {**reward_metrics, **sampler_metrics}
 
 
 def _completions(rollout: sampling.Rollout) -> dict:
-    """A rollout's completions as host arrays by Rows field."""
+    """A rollout's completions as host arrays by Rows field, and its tokens' `temperatures` when it has them."""
     fields = ("completion_tokens", "completion_mask", "logprobs", "finished")
+    fields += ("temperatures",) if rollout.temperatures is not None else ()
     return dict(zip(fields, jax.device_get(tuple(getattr(rollout, f) for f in fields))))
+
+
+def temperature_metrics(temperatures, mask) -> dict:
+    """The sampling temperatures of the completion tokens under HAPO's adaptive temperature (`temperatures` [N, T]
+    host, None without it): temperature/{mean, min, max, std} over the tokens of `mask`."""
+    if temperatures is None or not mask.any():
+        return {}
+    t = temperatures[mask > 0]
+    return {"temperature/mean": float(t.mean()), "temperature/min": float(t.min()), "temperature/max": float(t.max()),
+            "temperature/std": float(t.std())}
 
 
 def tree_completions(config, setup: Setup, params, prompt_tokens, prompt_mask, key) -> tuple[dict, dict]:
@@ -245,14 +262,14 @@ def check_prompt_groups(rows: prompt_selection.Rows, group_ids: np.ndarray, prom
                          f"--config.rl.shared_prompt_forward=False and report the config.")
 
 
-def rollout_and_score(config, setup: Setup, params, step: int, key, selection_state=None):
+def rollout_and_score(config, setup: Setup, params, step: int, key, selection_state=None, entropy_stats=None):
     """The step's rollouts under `config.selection` (`prompt_selection.Selector.collect`: uniform prompts with G
-    completions each by default), scored on the host.
+    completions each by default), scored on the host; `entropy_stats`: HAPO's adaptive temperature's, else None.
 
     Returns (rollout, scores [N], reward components [N, K], group ids [N], off-policy rows [N] bool, tree node ids
     [N, T+1] (tree rollouts, config.tree; else None), host metrics, new selection state).
     """
-    generate = functools.partial(generate_rows, config, setup, params)
+    generate = functools.partial(generate_rows, config, setup, params, entropy_stats=entropy_stats)
     collected, selection_state = setup.selector.collect(selection_state, step, key, generate)
     rows = collected.rows
     check_prompt_groups(rows, collected.group_ids, config_lib.shared_prompt_group(config))

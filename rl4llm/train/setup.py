@@ -60,12 +60,13 @@ def build_setup(config, workdir: str) -> Setup:
         top_k=config.sampling.top_k,
         top_p=config.sampling.top_p,
         min_p=config.sampling.min_p,
+        temperature_tau=config.sampling.temperature_tau,
         stop_token_ids=tokenizer.stop_token_ids,
         pad_id=tokenizer.pad_id,
     )
     eval_spec = evaluate_lib.EvalSpec(
-        greedy=dataclasses.replace(rollout_cfg, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0),
-        sampled=rollout_cfg,
+        greedy=dataclasses.replace(rollout_cfg, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, temperature_tau=0.0),
+        sampled=dataclasses.replace(rollout_cfg, temperature_tau=0.0),  # HAPO evaluates at the base temperature
         pass_n=config.eval.pass_n,
         pass_k=tuple(config.eval.pass_k),
         prompt_bucket=config.sampling.prompt_bucket,

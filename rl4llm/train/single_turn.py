@@ -25,6 +25,7 @@ from rl4llm.train import inputs as inputs_lib
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import rollouts
 from rl4llm.train import setup as setup_lib
+from rl4llm.train.companions import adaptive_temperature
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import reward_weighting
 from rl4llm.train.programs import several_updates_per_step
@@ -98,7 +99,8 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
     rollout, scores, components, group_ids, off_policy, tree_nodes, host_metrics, selection = (
-        rollouts.rollout_and_score(config, setup, state.params, step, step_key, selection))
+        rollouts.rollout_and_score(config, setup, state.params, step, step_key, selection,
+                                   adaptive_temperature.sampler_stats(config, state)))
     mask = rollout.completion_mask.astype(jnp.float32)
     tokens, attention_mask = batches.join_sequences(
         rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens, rollout.completion_mask
@@ -138,6 +140,7 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
         batch=learner_batch(config, data, rollout, adv_scores, advantages), critic_batch=critic_batch,
         prm_batch=products.get("prm_batch"), current_kl=products.get("current_kl"), host_metrics=host_metrics,
         t_gen=t_gen, selection=selection, reward_components=reward_components,
+        entropy_stats=adaptive_temperature.step_stats(config, behaviour[1], mask) if behaviour else None,
     )
 
 

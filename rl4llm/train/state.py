@@ -11,6 +11,7 @@ from rl4llm.config import validation as config_lib
 from rl4llm.models import lora
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import setup as setup_lib
+from rl4llm.train.companions import adaptive_temperature
 from rl4llm.train.companions import controllers
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import epo as epo_lib
@@ -18,8 +19,8 @@ from rl4llm.train.companions import prime as prime_lib
 from rl4llm.train.companions import reward_weighting
 
 # PPO's critic, PRIME's implicit PRM, EPO's entropy history, the adaptive coefficients and reference reset, the
-# reward components' weights (dynamic weighting, constrained RLHF).
-COMPANIONS = (critic_lib, prime_lib, epo_lib, controllers, reward_weighting)
+# reward components' weights (dynamic weighting, constrained RLHF), HAPO's adaptive temperature statistics.
+COMPANIONS = (critic_lib, prime_lib, epo_lib, controllers, reward_weighting, adaptive_temperature)
 
 
 def init_rl_state(config, init_params, optimizer, key) -> learner_lib.TrainState:
