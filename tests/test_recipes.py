@@ -62,6 +62,7 @@ RECIPES = (
     "ettrl",
     "grpo_soft_verifier",
     "hapo",
+    "d3s",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -122,6 +123,8 @@ MECHANISMS = {
     # the second step's tokens were drawn at different temperatures (the first step's entropy statistics), and the
     # entropy-adaptive clip ranges clipped some tokens
     "hapo": ("temperature/std", "clip_frac"),
+    # half of the rollouts (those of least advantage variance) left the loss, and tokens of low |A|·H with them
+    "d3s": ("downsample/rollouts_dropped_frac", "token_selection_frac"),
 }
 
 

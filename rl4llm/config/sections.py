@@ -165,9 +165,21 @@ class RL:
     entropy_target: float = param(0.0, "> 0: adaptive entropy_coef toward this mean entropy (Skywork-OR1)",
                                   Between(0.0, 1e3))
     entropy_coef_delta: float = param(0.005, "step of the adaptive entropy coefficient", Between(0.0, 1.0))
-    token_selection: str = param("all", "'high_entropy': gradient only on the top-rho entropy tokens (80/20)",
-                                 OneOf(("all", "high_entropy")))
-    token_selection_rho: float = param(0.2, "share of tokens kept by high_entropy", Between(0.0, 1.0, low_open=True))
+    token_selection: str = param("all", "'high_entropy': gradient only on the top-rho entropy tokens (80/20); "
+                                 "'advantage_entropy': on the top-rho tokens by |A|*H (D3S's token level)",
+                                 OneOf(("all", "high_entropy", "advantage_entropy")))
+    token_selection_rho: float = param(0.2, "share of tokens kept by high_entropy / advantage_entropy (the start "
+                                       "of downsample_anneal_steps' schedule)", Between(0.0, 1.0, low_open=True))
+    rollout_selection: str = param("all", "'max_variance': train on the rollouts whose advantages have the largest "
+                                   "variance (D3S's sample level, rl4llm.rl.downsampling)",
+                                   OneOf(("all", "max_variance")))
+    rollout_selection_frac: float = param(0.5, "share of rollouts kept by max_variance (the schedule's start)",
+                                          Between(0.0, 1.0, low_open=True))
+    rollout_selection_scope: str = param("batch", "max_variance over the whole batch (D3S) or within each group "
+                                         "(D3S-I)", OneOf(("batch", "group")))
+    downsample_anneal_steps: int = param(0, "> 0: the kept shares of max_variance and advantage_entropy rise "
+                                         "linearly to 1 over this many RL steps (D3S's schedule; 0: constant)",
+                                         AtLeast(0))
     proxy_min_p: float = param(0.02, "Lp-Reg: min-p of the proxy distribution (losses taking proxy_logp)",
                                Between(0.0, 1.0, low_open=True))
     tis_cap: float = param(0.0, "> 0: truncated IS min(pi_learner / pi_sampler, cap) on the loss", Between(0.0, 1e9))

@@ -511,6 +511,31 @@ def _adaptive_temperature_errors(config) -> list[str]:
     return errors
 
 
+def token_weights_in_batch(config) -> bool:
+    """Whether the LearnerBatch carries token weights: a token selection (80/20's forking tokens, D³S's |A|·H)."""
+    return config.rl.token_selection != "all"
+
+
+def _downsampling_errors(config) -> list[str]:
+    """D³S's down-sampling (`rl.rollout_selection`, `rl.token_selection="advantage_entropy"`) selects among a
+    single-turn batch's rollouts and tokens by their advantages: not in agent runs (their batches are built by the
+    agent loop) and not beside a critic's value targets (the dropped rollouts would still train the critic)."""
+    rl = config.rl
+    errors = []
+    for field, on in (("rl.rollout_selection", rl.rollout_selection != "all"),
+                      ("rl.token_selection", rl.token_selection == "advantage_entropy")):
+        value = getattr(rl, field.split(".")[1])
+        if on and agent_config.is_agent_config(config):
+            errors.append(f"config.{field}={value!r}: selects among single-turn rollouts; agent runs do not support it")
+        if on and rl.advantage in registry.RETURNS_VALUE_TARGETS:
+            errors.append(f"config.{field}={value!r}: with a critic (rl.advantage={rl.advantage!r}) the dropped "
+                          "rollouts would still train it; use a critic-free estimator")
+    if rl.rollout_selection != "all" and rl.rollout_selection_scope == "group" and rl.num_generations < 3:
+        errors.append(f"config.rl.rollout_selection_scope='group': groups of rl.num_generations={rl.num_generations} "
+                      "keep at least 2 rollouts each, so nothing is dropped; use >= 3 or scope 'batch'")
+    return errors
+
+
 def uses_pairwise_objective(config) -> bool:
     """Whether a pairwise preference loss (`config.preference.loss`: online DPO, CPL, P3O) replaces `rl.loss`."""
     return config.preference.loss != "none"
@@ -768,6 +793,7 @@ CHECKS = (
     (_tree_errors, ("rl", "tree", "selection")),
     (_rollout_chunk_errors, ("rl", "sampling", "tree", "selection")),
     (_adaptive_temperature_errors, ("sampling",)),
+    (_downsampling_errors, ("rl",)),
     (_reward_model_errors, ()),
     (_generative_verifier_errors, ()),
     (_selection_errors, ("rl", "selection")),

@@ -129,7 +129,7 @@ def learner_batch(config, rows: int, prompt_len: int, sharding) -> learner_lib.L
     return learner_lib.LearnerBatch(
         tokens=tokens, attention_mask=tokens, completion_mask=f32((rows, t)), advantages=f32((rows, t)),
         old_logp=f32((rows, t)), sampler_logp=f32((rows, t)),
-        token_weights=f32((rows, t)) if rl.token_selection == "high_entropy" else None,
+        token_weights=f32((rows, t)) if config_validation.token_weights_in_batch(config) else None,
         proxy_logp=f32((rows, t)) if "proxy_logp" in loss_inputs else None,
         target_advantages=f32((rows,)) if "target_advantages" in loss_inputs else None,
         off_policy_mask=f32((rows, t)) if "off_policy_mask" in loss_inputs else None,

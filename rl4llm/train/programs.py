@@ -88,13 +88,13 @@ def _micro_batched(fn: Callable, micro_batch_size: int, mesh, params, tokens, at
 
 def needs_behaviour_pass(config) -> bool:
     """Whether an RL step needs a forward pass of the rollout policy before learning: old log-probs
-    (several updates per step), entropies (forking-token mask), Lp-Reg proxy log-probs, or the
+    (several updates per step), entropies (80/20's forking-token mask, D³S's |A|·H token selection), Lp-Reg proxy log-probs, or the
     log-probs of the KL-in-reward penalty, or the responses' mean token entropies (CANON's `seq_metric`), or the
     token entropies of HAPO's adaptive temperature statistics (`sampling.temperature_tau`)."""
     rl = config.rl
     return (
         several_updates_per_step(config)
-        or rl.token_selection == "high_entropy"
+        or rl.token_selection != "all"
         or "proxy_logp" in registry.policy_loss_inputs(rl.loss)
         or rl.kl_in_reward
         or "seq_metric" in registry.advantage_inputs(rl.advantage)

@@ -20,6 +20,7 @@ from rl4llm.rl import advantages as advantages_lib
 from rl4llm.rl import entropy as entropy_lib
 from rl4llm.rl import registry
 from rl4llm.train import batches
+from rl4llm.train import downsampling
 from rl4llm.train import evaluate as evaluate_lib
 from rl4llm.train import inputs as inputs_lib
 from rl4llm.train import learner as learner_lib
@@ -56,7 +57,7 @@ def evaluate(config, setup: Setup, params, key) -> dict:
 
 def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advantages):
     """The step's LearnerBatch [N, ...]: PPO's old log-probs (the behaviour pass with several updates per step, else
-    the sampler's), the forking-token mask (80/20), Lp-Reg's proxy log-probs, GBPO's targets, the off-policy
+    the sampler's), the token selection (80/20's forking tokens, D³S's |A|·H tokens at step `data.step`), Lp-Reg's proxy log-probs, GBPO's targets, the off-policy
     traces' token mask (losses taking off_policy_mask) and the rewards and groups a pairwise objective pairs by
     when configured."""
     rl = config.rl
@@ -69,11 +70,7 @@ def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advant
         advantages=advantages,
         old_logp=behaviour[0] if several_updates_per_step(config) else rollout.logprobs,
         sampler_logp=rollout.logprobs,
-        token_weights=(
-            entropy_lib.forking_token_mask(behaviour[1], data.mask, rho=rl.token_selection_rho)
-            if rl.token_selection == "high_entropy"
-            else None
-        ),
+        token_weights=token_selection(config, data, advantages),
         proxy_logp=behaviour[2] if "proxy_logp" in loss_inputs else None,
         target_advantages=(
             advantages_lib.gbpo_targets(adv_scores, data.group_ids, num_groups=rl.num_prompts)
@@ -86,6 +83,17 @@ def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advant
         scores=jnp.asarray(data.scores, jnp.float32) if pairwise else None,
         group_ids=jnp.asarray(data.group_ids, jnp.int32) if pairwise else None,
     )
+
+
+def token_selection(config, data: inputs_lib.StepData, advantages):
+    """The tokens that get a gradient [N, T] under `rl.token_selection` (None: all): the top-rho entropy tokens
+    (80/20) or the top |A|·H tokens (D³S), from the behaviour pass's entropies."""
+    rl, entropy = config.rl, data.behaviour[1] if data.behaviour else None
+    if rl.token_selection == "high_entropy":
+        return entropy_lib.forking_token_mask(entropy, data.mask, rho=rl.token_selection_rho)
+    if rl.token_selection == "advantage_entropy":
+        return downsampling.token_mask(config, data.step, advantages, entropy, data.mask)
+    return None
 
 
 def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
@@ -130,6 +138,10 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
     else:  # config.reward_weighting: advantages of the re-weighted components, no value targets
         (advantages, reward_components), returns = reweighted, None
     host_metrics["useful_frac"] = useful_fraction(advantages, mask)
+    kept, downsample_metrics = downsampling.rollout_mask(config, step, advantages, mask, data.group_ids)
+    host_metrics.update(downsample_metrics)
+    if kept is not None:  # D³S's sample level: the dropped rollouts leave the loss (the critic is excluded)
+        data = dataclasses.replace(data, mask=mask * kept[:, None])
     critic_batch = None
     if returns is not None:
         critic_batch = critic_lib.CriticBatch(tokens=tokens, attention_mask=attention_mask, completion_mask=mask,
