@@ -5,7 +5,8 @@ and batch (`parallel.Layout`) gives the single-device loss, gradients and update
 tolerance), keeps its params sharded by the logical-axis rules, and the sampler on that mesh draws the
 single-device tokens for the same key. Also a colocated sampler mesh (another layout of the same devices) and a
 disaggregated one (4 learner + 4 sampler devices), whose rollouts come back replicated on the learner's devices.
-And online DPO (`train.preference_step`: pairs of rows across the batch's shards, micro-batched) on the (2,2,2) mesh.
+And online DPO (`train.preference_step`: pairs of rows across the batch's shards, micro-batched) on the (2,2,2) mesh,
+and HAPO's adaptive-temperature sampler on the disaggregated one.
 Prints OK; exits non-zero on mismatch.
 """
 
@@ -142,6 +143,17 @@ def main():
         distinct = tuple(x[:len(group_index) // 2] for x in prompts)
         forked = layout.generate(learner_params, *distinct, jax.random.key(5), SAMPLING, group_index)
         check_rollout(jax.device_get(forked), ref_groups, f"{name} shared-prefix prefill")
+    # HAPO's adaptive temperature on the last (disaggregated) layout: the entropy statistics reach the sampler's
+    # devices and give the single-device tokens and per-token temperatures.
+    hapo, stats = dataclasses.replace(SAMPLING, temperature_tau=0.3), jnp.asarray([0.5, 0.3, 0.7, 0.4])
+    ref_hapo = jax.device_get(sampling.generate(MODEL, host_state.params, *prompts, jax.random.key(5), hapo,
+                                                entropy_stats=stats))
+    hapo_rollout = jax.device_get(layout.generate(learner_params, *prompts, jax.random.key(5), hapo,
+                                                  entropy_stats=stats))
+    check_rollout(hapo_rollout, ref_hapo, "adaptive temperature")
+    close(hapo_rollout.temperatures, ref_hapo.temperatures, "adaptive temperature per token", atol=1e-5)
+    assert np.asarray(ref_hapo.temperatures)[np.asarray(ref_hapo.completion_mask)].std() > 0  # it does adapt
+    print("adaptive temperature sampler matches", flush=True)
     check_online_dpo(host_state)
     print("OK")
 
