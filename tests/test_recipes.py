@@ -63,6 +63,7 @@ RECIPES = (
     "grpo_soft_verifier",
     "hapo",
     "d3s",
+    "iterative_dpo",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -125,6 +126,8 @@ MECHANISMS = {
     "hapo": ("temperature/std", "clip_frac"),
     # half of the rollouts (those of least advantage variance) left the loss, and tokens of low |A|·H with them
     "d3s": ("downsample/rollouts_dropped_frac", "token_selection_frac"),
+    # pairs were formed and trained on, and a round ended: the reference became the current policy
+    "iterative_dpo": ("dpo/valid_pair_frac", "ref_reset"),
 }
 
 
@@ -150,6 +153,7 @@ TINY_SCALE = {
     # the tiny job's groups of 4: one tree, one fork point with 3 branches (Tree-OPO's stages; CURE's n1 = 1, n2 = 3)
     "tree_opo": {"tree.initial_paths": 1, "tree.branch_points": 1, "tree.branches": 3, "tree.iterations": 1},
     "cure": {"tree.initial_paths": 1, "tree.branch_points": 1, "tree.branches": 3, "tree.iterations": 1},
+    "iterative_dpo": {"rl.ref_reset_every": 1},  # a round per RL step: the reset happens within the two steps
     # ETMR's (4, N=3, B=2) is 28 leaves: here 2 trees forked once; `shrink` replaces the task section, so the
     # pseudo-labels are set again, on a reward with an answer extractor (majority votes need one)
     "ettrl": {"tree.initial_paths": 2, "tree.branch_points": 1, "tree.branches": 1, "tree.iterations": 1,
