@@ -323,7 +323,7 @@ def test_completion_logprobs_use_the_models_output_projection(tied):
         (dict(kl_target=0.1), "config.rl.kl_target=0.1: adapts the KL coefficient, but config.rl.kl_coef=0"),
         (dict(kl_in_reward=True), "config.rl.kl_in_reward=True: puts the KL penalty in the reward"),
         (dict(ref_reset_every=10), "config.rl.ref_reset_every=10: resets the KL reference policy"),
-        (dict(token_selection="top"), "config.rl.token_selection='top': unknown; allowed: all, high_entropy"),
+        (dict(token_selection="top"), "config.rl.token_selection='top': unknown; allowed: advantage_entropy, all, high_entropy"),
         (dict(token_selection_rho=0.0), "config.rl.token_selection_rho=0.0: must lie in (0.0, 1.0]"),
         (dict(tis_cap=-1.0), "config.rl.tis_cap=-1.0"),
         (dict(tis_level="seq"), "config.rl.tis_level='seq': unknown"),
