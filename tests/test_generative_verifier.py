@@ -15,7 +15,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import default
 from rl4llm import config as config_lib
 from rl4llm import models
 from rl4llm import reward_model
@@ -156,17 +155,11 @@ def test_what_the_verifier_cannot_read_is_refused_naming_the_field(verifier_dir,
 
 
 def nano_job(verifier_dir: str, **fields):
-    c = default.get_config()
-    c.model.preset = "nano"
-    c.task.min_operands = c.task.max_operands = 2
-    c.task.operators = "+"
-    c.task.test_fraction = 0.2
-    c.sampling.max_new_tokens = 12
-    c.sampling.prompt_bucket = 8
-    c.sft.steps, c.sft.batch_size = 2, 8
-    c.rl.steps, c.rl.num_prompts, c.rl.num_generations = 1, 4, 4
-    c.eval.num_examples, c.eval.every, c.eval.pass_n, c.eval.pass_k = 4, 100, 1, (1,)
-    c.log_every = 1
+    """The nano job of tests/test_reward_model_rl.py (no RM), one RL step, scored by the verifier in `verifier_dir`."""
+    from tests.test_reward_model_rl import nano_job as rm_nano_job
+
+    c = rm_nano_job("")
+    c.rl.steps = 1
     c.generative_verifier.update({"checkpoint": verifier_dir, "template": TEMPLATE, "yes_token": "1",
                                   "no_token": "0", "max_length": 64, **fields})
     return c
