@@ -247,6 +247,25 @@ def load(directory: str, init: Callable[[ModelConfig, jax.Array], Params] | None
     return cfg, jax.tree.map(lambda x: jnp.asarray(jax.device_get(x)), restored), meta
 
 
+def load_for_run(directory: str, field: str, what: str, tokenizer, alphabet: str,
+                 init: Callable[[ModelConfig, jax.Array], Params] | None = None) -> tuple[ModelConfig, Params, dict]:
+    """`load(directory, init)` for a run whose policy uses `tokenizer`: every error names the config `field`
+    (e.g. "config.reward_model.checkpoint"); ValueError if `what` (the model's name in the message) has a smaller
+    vocabulary than the tokenizer or was written for another tokenizer (`tokenizer_fingerprint` of `alphabet`)."""
+    try:
+        cfg, params, meta = load(directory, init)
+    except ValueError as e:
+        raise ValueError(f"{field}: {e}") from e
+    if cfg.vocab_size < tokenizer.vocab_size:
+        raise ValueError(f"{field}={directory!r}: the {what}'s vocabulary ({cfg.vocab_size}) is smaller than this "
+                         f"run's tokenizer's ({tokenizer.vocab_size})")
+    expected = meta.get("tokenizer_fingerprint")
+    if expected is not None and expected != tokenizer_fingerprint(tokenizer, alphabet):
+        raise ValueError(f"{field}={directory!r}: the {what} was written for another tokenizer than this run's "
+                         "(train it on the same task and model family)")
+    return cfg, params, meta
+
+
 def tokenizer_fingerprint(tokenizer, alphabet: str) -> list[int]:
     """The ids of `alphabet` (every character the task uses): two tokenizers that agree on it read the task's
     texts alike; the RL job checks its policy's tokenizer against the RM's (`Scorer.from_checkpoint`)."""
@@ -265,18 +284,7 @@ class Scorer:
     @classmethod
     def from_checkpoint(cls, directory: str, tokenizer, alphabet: str) -> "Scorer":
         """The RM at `directory`; ValueError if it was trained with another tokenizer than `tokenizer`."""
-        try:
-            cfg, params, meta = load(directory)
-        except ValueError as e:
-            raise ValueError(f"config.reward_model.checkpoint: {e}") from e
-        if cfg.vocab_size < tokenizer.vocab_size:
-            raise ValueError(f"config.reward_model.checkpoint={directory!r}: the reward model's vocabulary "
-                             f"({cfg.vocab_size}) is smaller than this run's tokenizer's ({tokenizer.vocab_size})")
-        expected = meta.get("tokenizer_fingerprint")
-        if expected is not None and expected != tokenizer_fingerprint(tokenizer, alphabet):
-            raise ValueError(f"config.reward_model.checkpoint={directory!r}: the reward model was trained with "
-                             "another tokenizer than this run's (train it on the same task and model family)")
-        return cls(cfg, params, meta)
+        return cls(*load_for_run(directory, "config.reward_model.checkpoint", "reward model", tokenizer, alphabet))
 
     def __call__(self, tokens, attention_mask) -> np.ndarray:  # [N, L] each -> [N] float32 on the host
         return np.asarray(jax.device_get(make_score_fn(self.cfg)(self.params, tokens, attention_mask)))

@@ -295,15 +295,6 @@ def _load_own(directory: str, run_tokenizer, alphabet: str):
     if kind != KIND:
         raise ValueError(f"{_SECTION}.checkpoint={directory!r} holds no generative verifier (kind {kind!r}: an "
                          "outcome reward model, config.reward_model); write one with verifiers.generative.save")
-    try:
-        cfg, params, meta = reward_model.load(directory, models.init_params)
-    except ValueError as e:
-        raise ValueError(f"{_SECTION}.checkpoint: {e}") from e
-    if cfg.vocab_size < run_tokenizer.vocab_size:
-        raise ValueError(f"{_SECTION}.checkpoint={directory!r}: the verifier's vocabulary ({cfg.vocab_size}) is "
-                         f"smaller than this run's tokenizer's ({run_tokenizer.vocab_size})")
-    expected = meta.get("tokenizer_fingerprint")
-    if expected is not None and expected != reward_model.tokenizer_fingerprint(run_tokenizer, alphabet):
-        raise ValueError(f"{_SECTION}.checkpoint={directory!r}: the verifier was written for another tokenizer "
-                         "than this run's")
+    cfg, params, _ = reward_model.load_for_run(directory, f"{_SECTION}.checkpoint", "verifier", run_tokenizer, alphabet,
+                                               models.init_params)
     return cfg, params, run_tokenizer
