@@ -11,8 +11,9 @@ uninterrupted one). The first RL step has none: its stats are (0, 1, 0, 0), ĥ =
 temperature (the official code's `norm_entropys = None`).
 
 As in the official code, the learner treats the tokens as samples of the base-temperature policy: with several
-updates per step its "old" log-probs are the behaviour pass's, at the base temperature (the sampler's own
-log-probs, at each token's temperature, only feed `logp_gap_sampler_learner`); with one update the ratio is 1.
+updates per step its "old" log-probs are the behaviour pass's, at the base temperature; with one update the ratio
+is 1. The sampler's own log-probs, at each token's temperature, feed `logp_gap_sampler_learner` and, with
+`rl.tis_cap` > 0, the truncated IS weights (which then also correct for the temperature, unlike the official code).
 The evaluation samples at the base temperature (the official validation turns the adaptive temperature off).
 """
 
