@@ -522,9 +522,8 @@ def _downsampling_errors(config) -> list[str]:
     agent loop) and not beside a critic's value targets (the dropped rollouts would still train the critic)."""
     rl = config.rl
     errors = []
-    for field, on in (("rl.rollout_selection", rl.rollout_selection != "all"),
-                      ("rl.token_selection", rl.token_selection == "advantage_entropy")):
-        value = getattr(rl, field.split(".")[1])
+    for field, value, on in (("rl.rollout_selection", rl.rollout_selection, rl.rollout_selection != "all"),
+                             ("rl.token_selection", rl.token_selection, rl.token_selection == "advantage_entropy")):
         if on and agent_config.is_agent_config(config):
             errors.append(f"config.{field}={value!r}: selects among single-turn rollouts; agent runs do not support it")
         if on and rl.advantage in registry.RETURNS_VALUE_TARGETS:

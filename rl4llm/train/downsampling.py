@@ -9,6 +9,7 @@ its mean over its valid tokens (the outcome advantage A_i for outcome-level esti
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from rl4llm.rl import downsampling
@@ -36,12 +37,12 @@ def rollout_mask(config, step: int, advantages, mask, group_ids) -> tuple:
     keep = downsampling.rows_kept(fraction, size)
     rows = downsampling.max_variance_subset(row_adv, ids, num_groups=num_groups, keep=keep)
     kept_mean = jnp.sum(rows * row_adv) / jnp.sum(rows)
-    metrics = {
-        "downsample/rollouts_dropped_frac": float(1.0 - jnp.mean(rows)),
-        "downsample/adv_std_all": float(jnp.std(row_adv)),
-        "downsample/adv_std_kept": float(jnp.sqrt(jnp.sum(rows * (row_adv - kept_mean) ** 2) / jnp.sum(rows))),
-    }
-    return rows, metrics
+    metrics = jax.device_get({  # one transfer for the three
+        "downsample/rollouts_dropped_frac": 1.0 - jnp.mean(rows),
+        "downsample/adv_std_all": jnp.std(row_adv),
+        "downsample/adv_std_kept": jnp.sqrt(jnp.sum(rows * (row_adv - kept_mean) ** 2) / jnp.sum(rows)),
+    })
+    return rows, {k: float(v) for k, v in metrics.items()}
 
 
 def token_mask(config, step: int, advantages, entropy, mask):

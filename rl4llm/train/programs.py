@@ -88,9 +88,9 @@ def _micro_batched(fn: Callable, micro_batch_size: int, mesh, params, tokens, at
 
 def needs_behaviour_pass(config) -> bool:
     """Whether an RL step needs a forward pass of the rollout policy before learning: old log-probs
-    (several updates per step), entropies (80/20's forking-token mask, D³S's |A|·H token selection), Lp-Reg proxy log-probs, or the
-    log-probs of the KL-in-reward penalty, or the responses' mean token entropies (CANON's `seq_metric`), or the
-    token entropies of HAPO's adaptive temperature statistics (`sampling.temperature_tau`)."""
+    (several updates per step), entropies (80/20's forking-token mask, D³S's |A|·H token selection), Lp-Reg
+    proxy log-probs, or the log-probs of the KL-in-reward penalty, or the responses' mean token entropies (CANON's
+    `seq_metric`), or the token entropies of HAPO's adaptive temperature statistics (`sampling.temperature_tau`)."""
     rl = config.rl
     return (
         several_updates_per_step(config)

@@ -57,9 +57,9 @@ def evaluate(config, setup: Setup, params, key) -> dict:
 
 def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advantages):
     """The step's LearnerBatch [N, ...]: PPO's old log-probs (the behaviour pass with several updates per step, else
-    the sampler's), the token selection (80/20's forking tokens, D³S's |A|·H tokens at step `data.step`), Lp-Reg's proxy log-probs, GBPO's targets, the off-policy
-    traces' token mask (losses taking off_policy_mask) and the rewards and groups a pairwise objective pairs by
-    when configured."""
+    the sampler's), the token selection (80/20's forking tokens, D³S's |A|·H tokens at step `data.step`), Lp-Reg's
+    proxy log-probs, GBPO's targets, the off-policy traces' token mask (losses taking off_policy_mask) and the
+    rewards and groups a pairwise objective pairs by when configured."""
     rl = config.rl
     pairwise = config_lib.uses_pairwise_objective(config)
     behaviour, loss_inputs = data.behaviour, registry.policy_loss_inputs(rl.loss)
