@@ -300,6 +300,26 @@ class Prime:
     grad_clip: float = param(1.0, "its gradient-norm clip", Between(0.0, 1e9))
 
 
+@_section
+class Relift:
+    """ReLIFT (Ma et al. 2025, "Learning What RL Can't: Interleaved Online Fine-Tuning for Hardest Questions";
+    train.companions.relift): the questions all of whose rollouts fail join a buffer with their reference solution;
+    after an RL step whose buffer holds batch_size of them, one SFT step on the newest batch_size (its own AdamW), and
+    they leave the buffer."""
+
+    batch_size: int = param(0, "questions per SFT step (ReLIFT's sft_data_size, 128 in its scripts); 0: off",
+                            AtLeast(0))
+    capacity: int = param(64, "buffer rows (the oldest are dropped beyond it; ReLIFT's buffer is unbounded)",
+                          AtLeast(1))
+    prompt_tokens: int = param(64, "the buffer's prompt width: a longer prompt is not buffered (relift/too_long)",
+                               AtLeast(1))
+    learning_rate: float = param(1e-4, "the SFT step's own AdamW (ReLIFT: the RL learning rate)",
+                                 Between(0.0, 1.0, low_open=True))
+    grad_clip: float = param(1.0, "its gradient-norm clip", Between(0.0, 1e9))
+    entropy_coef: float = param(0.001, "L = token-mean NLL - entropy_coef * token-mean entropy (ReLIFT: 0.001)",
+                                Between(0.0, 1e3))
+
+
 PREFERENCE_LOSSES = ("none", "dpo", "cpl", "p3o")  # rl4llm.train.preference_step
 
 
@@ -551,6 +571,7 @@ class RunConfig:
     rl: RL = param(RL, "the RL stage")
     critic: Critic = param(Critic, "PPO's value model")
     prime: Prime = param(Prime, "PRIME's implicit PRM")
+    relift: Relift = param(Relift, "ReLIFT: SFT steps on the questions RL fails")
     reward_model: RewardModel = param(RewardModel, "an outcome reward model: its training and its use in RL")
     generative_verifier: GenerativeVerifier = param(GenerativeVerifier, "a generative verifier's P(Yes) as the reward")
     preference: Preference = param(Preference, "pairwise preference objectives (online DPO) in place of rl.loss")

@@ -535,6 +535,22 @@ def _downsampling_errors(config) -> list[str]:
     return errors
 
 
+def _relift_errors(config) -> list[str]:
+    """ReLIFT buffers single-turn questions with their reference solutions: not in agent runs; a batch must fit the
+    buffer."""
+    r = config.relift
+    if not r.batch_size:
+        return []
+    errors = []
+    if r.batch_size > r.capacity:
+        errors.append(f"config.relift.batch_size={r.batch_size}: an SFT step takes that many buffered questions; "
+                      f"make it <= config.relift.capacity={r.capacity}")
+    if agent_config.is_agent_config(config):
+        errors.append(f"config.relift.batch_size={r.batch_size}: buffers single-turn questions; agent runs do not "
+                      "support it")
+    return errors
+
+
 def uses_pairwise_objective(config) -> bool:
     """Whether a pairwise preference loss (`config.preference.loss`: online DPO, CPL, P3O) replaces `rl.loss`."""
     return config.preference.loss != "none"
@@ -793,6 +809,7 @@ CHECKS = (
     (_rollout_chunk_errors, ("rl", "sampling", "tree", "selection")),
     (_adaptive_temperature_errors, ("sampling",)),
     (_downsampling_errors, ("rl",)),
+    (_relift_errors, ("relift",)),
     (_reward_model_errors, ()),
     (_generative_verifier_errors, ()),
     (_selection_errors, ("rl", "selection")),

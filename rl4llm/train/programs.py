@@ -19,6 +19,7 @@ from rl4llm.train import preference_step
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import epo as epo_lib
 from rl4llm.train.companions import prime as prime_lib
+from rl4llm.train.companions import relift as relift_lib
 from rl4llm.train.companions import reward_weighting
 
 def several_updates_per_step(config) -> bool:
@@ -71,6 +72,9 @@ class RLPrograms:
     # Dynamic reward weighting (reward_weighting.method="dynamic"), else None: (state, batch, advantages [K, N, T],
     # key) -> the Gram matrix [K, K] of the K components' policy gradients.
     component_gram_fn: Callable | None = None
+    # ReLIFT (relift.batch_size > 0), else None: (params, opt_state, tokens, attention, completion_mask) -> (params,
+    # opt_state, metrics), one SFT step on buffered hardest questions (`companions.relift.make_step`).
+    relift_step: Callable | None = None
 
 
 def _micro_batched(fn: Callable, micro_batch_size: int, mesh, params, tokens, attention_mask):
@@ -142,6 +146,8 @@ def build_rl_programs(config, setup, optimizer, *, state=None) -> RLPrograms:
         )
     if config.reward_weighting.method == "dynamic":
         extra_programs["component_gram_fn"] = reward_weighting.make_gram_fn(setup.model_cfg, lcfg)
+    if relift_lib.enabled(config):
+        extra_programs["relift_step"] = relift_lib.make_step(config, setup)
     return RLPrograms(
         optimizer=optimizer,
         learner_step=learner_lib.make_learner_step(setup.model_cfg, lcfg, optimizer, setup.layout, state),

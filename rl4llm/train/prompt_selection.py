@@ -41,9 +41,10 @@ _HINT_STREAM = 3000
 _CHOICE, _REPLAY, _THOMPSON = 0, 1, 2
 
 
-# generate(prompts [b], answers [b], counts [b], key, prefixes [b] of the scored text[, traces [b]][, greedy=False]) ->
-# (Rows, reward metrics); prompts of b are rolled out counts[b] times each (greedily with greedy=True), in order, each
-# group followed by its off-policy traces (texts; none when traces is None).
+# generate(prompts [b], answers [b], counts [b], key, prefixes [b] of the scored text[, traces [b]][, greedy=False]
+# [, solutions=[b]]) -> (Rows, reward metrics); prompts of b are rolled out counts[b] times each (greedily with
+# greedy=True), in order, each group followed by its off-policy traces (texts; none when traces is None); the rows
+# carry their example's reference solution when `solutions` is given (Rows.solutions).
 GenerateFn = Callable[[list, list, np.ndarray, jax.Array, list], tuple[Rows, dict]]
 # encode(prompts [b]) -> left-padded prompt tokens [b, P] int32 and mask [b, P] bool (the trainer's encoding)
 EncodeFn = Callable[[list], tuple[np.ndarray, np.ndarray]]
@@ -134,7 +135,7 @@ class Selector:
         counts = np.full(len(examples), self.num_generations - k)
         traces = [[e.solution] * k for e in examples] if k else None
         rows, metrics = generate([e.prompt for e in examples], [e.answer for e in examples], counts, key,
-                                 [""] * len(examples), traces)
+                                 [""] * len(examples), traces, solutions=[e.solution for e in examples])
         if self.sel.hints:
             rows, hint_metrics = self._hint(examples, rows, key, generate)
             metrics = {**metrics, **hint_metrics}
@@ -155,7 +156,8 @@ class Selector:
             prompts = [curriculum.hinted_prompt(examples[i].prompt, examples[i].solution, c) for i, c in zip(padded, chars)]
             prefixes = [examples[i].solution[:c] for i, c in zip(padded, chars)]
             hinted, _ = generate(prompts, [examples[i].answer for i in padded], np.full(slots, g),
-                              jax.random.fold_in(key, _HINT_STREAM + level), prefixes)
+                              jax.random.fold_in(key, _HINT_STREAM + level), prefixes,
+                              solutions=[examples[i].solution for i in padded])
             hinted.hint_chars = np.repeat(np.asarray(chars, np.int32), g)
             metrics["selection/hint_rollouts"] = metrics.get("selection/hint_rollouts", 0.0) + float(slots * g)
             solved = hinted.main.reshape(-1, g)[: failing.size].max(axis=1) > 0
@@ -294,7 +296,7 @@ class Selector:
                                      max_n=self.sel.knapsack_max_n)
         examples = [self.pool[i] for i in ids]
         rows, reward_metrics = generate([e.prompt for e in examples], [e.answer for e in examples], counts, key,
-                                        [""] * b)
+                                        [""] * b, solutions=[e.solution for e in examples])
         group_ids = np.repeat(np.arange(b), counts).astype(np.int32)
         sums = np.bincount(group_ids, weights=np.clip(rows.main, 0, 1), minlength=b)
         state = selection_lib.record_success(state, ids, sums / counts)

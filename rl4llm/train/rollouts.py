@@ -162,11 +162,12 @@ def with_traces(config, setup: Setup, completions: dict, counts: np.ndarray, tra
 
 
 def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes, traces=None, greedy=False,
-                  *, entropy_stats=None):
+                  *, entropy_stats=None, solutions=None):
     """`counts[i]` completions of each prompt `prompts[i]` (in order), then its off-policy `traces[i]` (texts; None:
     none, `with_traces`), all scored against `answers[i]` in one call with `prefixes[i]` scored before each
     completion; `greedy`: decoded greedily (the evaluation's sampling config) instead of at the rollout's, which
-    reads HAPO's `entropy_stats` with an adaptive temperature (`temperature_metrics`).
+    reads HAPO's `entropy_stats` with an adaptive temperature (`temperature_metrics`); `solutions[i]`: the
+    example's reference solution, carried by its rows (`Rows.solutions`, ReLIFT), or None.
     -> (`prompt_selection.Rows` [sum(counts) + traces], reward metrics)."""
     counts = np.asarray(counts)
     prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
@@ -191,6 +192,7 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     rows = prompt_selection.Rows(
         prompt_tokens=row_tokens, prompt_mask=row_mask, scores=scores, main=main, components=components,
         hint_chars=np.zeros(len(scores), np.int32), fresh=np.ones(len(scores), bool), **completions,
+        solutions=None if solutions is None else np.repeat(np.asarray(solutions, object), sizes),
     )
     return rows, {**reward_metrics, **sampler_metrics}
 
@@ -262,12 +264,45 @@ def check_prompt_groups(rows: prompt_selection.Rows, group_ids: np.ndarray, prom
                          f"--config.rl.shared_prompt_forward=False and report the config.")
 
 
+def hardest_questions(config, setup: Setup, rows: prompt_selection.Rows, group_ids: np.ndarray):
+    """ReLIFT's new buffer rows: one per group all of whose fresh rollouts fail (main reward <= 0; ReLIFT's
+    "solve none"), as an SFT example of its prompt (left-padded to `relift.prompt_tokens`) and its reference
+    solution + eos (right-padded to `sampling.max_new_tokens`, cut beyond). -> ((tokens [k, W+T] int32, attention
+    [k, W+T] int32, completion mask [k, T] float32), metrics relift/solve_none (share of groups) and relift/too_long
+    (hardest prompts longer than W, not buffered)), or (None, {}) when ReLIFT is off."""
+    if not config.relift.batch_size:
+        return None, {}
+    width, t = config.relift.prompt_tokens, config.sampling.max_new_tokens
+    fresh = rows.fresh & ~rows.off_policy
+    groups = np.unique(group_ids)
+    hardest = [g for g in groups if fresh[group_ids == g].any() and (rows.main[(group_ids == g) & fresh] <= 0).all()]
+    prompt_tokens = np.full((0, width), setup.tokenizer.pad_id, np.int32)
+    prompt_mask, solutions, too_long = np.zeros((0, width), bool), [], 0
+    for g in hardest:
+        row = int(np.flatnonzero(group_ids == g)[0])
+        prompt = rows.prompt_tokens[row][rows.prompt_mask[row]]
+        if prompt.size > width or rows.solutions is None:
+            too_long += int(prompt.size > width)
+            continue
+        padded = np.full((1, width), setup.tokenizer.pad_id, np.int32)
+        padded[0, width - prompt.size:] = prompt
+        prompt_tokens = np.concatenate([prompt_tokens, padded])
+        prompt_mask = np.concatenate([prompt_mask, np.arange(width)[None, :] >= width - prompt.size])
+        solutions.append(str(rows.solutions[row]))
+    metrics = {"relift/solve_none": len(hardest) / max(len(groups), 1), "relift/too_long": float(too_long)}
+    completion_tokens, completion_mask = batches.encode_completions(setup.tokenizer, solutions, t, truncate=True)
+    tokens = np.concatenate([prompt_tokens, completion_tokens], axis=1).astype(np.int32)
+    attention = np.concatenate([prompt_mask, completion_mask > 0], axis=1).astype(np.int32)
+    return (tokens, attention, completion_mask.astype(np.float32)), metrics
+
+
 def rollout_and_score(config, setup: Setup, params, step: int, key, selection_state=None, entropy_stats=None):
     """The step's rollouts under `config.selection` (`prompt_selection.Selector.collect`: uniform prompts with G
     completions each by default), scored on the host; `entropy_stats`: HAPO's adaptive temperature's, else None.
 
     Returns (rollout, scores [N], reward components [N, K], group ids [N], off-policy rows [N] bool, tree node ids
-    [N, T+1] (tree rollouts, config.tree; else None), host metrics, new selection state).
+    [N, T+1] (tree rollouts, config.tree; else None), host metrics, new selection state, ReLIFT's new buffer rows
+    (`hardest_questions`; None when off)).
     """
     generate = functools.partial(generate_rows, config, setup, params, entropy_stats=entropy_stats)
     collected, selection_state = setup.selector.collect(selection_state, step, key, generate)
@@ -283,5 +318,6 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
         finished=jnp.asarray(rows.finished),
         num_decode_steps=jnp.asarray(config.sampling.max_new_tokens - 1, jnp.int32),  # an upper bound
     )
+    relift_rows, relift_metrics = hardest_questions(config, setup, rows, collected.group_ids)
     return (rollout, rows.scores, rows.components, collected.group_ids, rows.off_policy, rows.tree_nodes,
-            collected.metrics, selection_state)
+            {**collected.metrics, **relift_metrics}, selection_state, relift_rows)

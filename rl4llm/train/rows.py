@@ -26,6 +26,7 @@ class Rows:
     fresh: np.ndarray  # [n] bool: generated this step (False: replayed)
     off_policy: np.ndarray  # [n] bool: an off-policy trace (the task's reference solution, rl.off_policy_traces)
     tree_nodes: np.ndarray | None = None  # [n, T+1] int32: tree rollouts' node ids (config.tree; rl.tree), else None
+    solutions: np.ndarray | None = None  # [n] object: the row's example's reference solution (ReLIFT), else None
 
 
 def take(rows: Rows, idx: np.ndarray) -> Rows:

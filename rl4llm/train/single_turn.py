@@ -106,7 +106,7 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
     rl = config.rl
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
-    rollout, scores, components, group_ids, off_policy, tree_nodes, host_metrics, selection = (
+    rollout, scores, components, group_ids, off_policy, tree_nodes, host_metrics, selection, relift_rows = (
         rollouts.rollout_and_score(config, setup, state.params, step, step_key, selection,
                                    adaptive_temperature.sampler_stats(config, state)))
     mask = rollout.completion_mask.astype(jnp.float32)
@@ -153,6 +153,7 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
         prm_batch=products.get("prm_batch"), current_kl=products.get("current_kl"), host_metrics=host_metrics,
         t_gen=t_gen, selection=selection, reward_components=reward_components,
         entropy_stats=adaptive_temperature.step_stats(config, behaviour[1], mask) if behaviour else None,
+        relift_rows=relift_rows,
     )
 
 
