@@ -548,6 +548,9 @@ def _relift_errors(config) -> list[str]:
     if agent_config.is_agent_config(config):
         errors.append(f"config.relift.batch_size={r.batch_size}: buffers single-turn questions; agent runs do not "
                       "support it")
+    if config.selection.replay_capacity:
+        errors.append(f"config.relift.batch_size={r.batch_size}: replayed rows carry no reference solution; set "
+                      f"config.selection.replay_capacity={config.selection.replay_capacity} to 0")
     return errors
 
 
@@ -809,7 +812,7 @@ CHECKS = (
     (_rollout_chunk_errors, ("rl", "sampling", "tree", "selection")),
     (_adaptive_temperature_errors, ("sampling",)),
     (_downsampling_errors, ("rl",)),
-    (_relift_errors, ("relift",)),
+    (_relift_errors, ("relift", "selection")),
     (_reward_model_errors, ()),
     (_generative_verifier_errors, ()),
     (_selection_errors, ("rl", "selection")),
