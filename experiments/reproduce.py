@@ -91,6 +91,18 @@ _MECHANISM_KEYS = (
     "length_shaping/changed_frac",
 )
 
+_GUIDANCE_KEYS = (
+    "generated_tokens", "eval/pass@16", "selection/hint_candidates", "selection/hint_solved",
+    "selection/hint_rollouts", "off_policy_frac", "off_is_weight_mean", "off_shaped_weight_mean",
+    "off_policy/trace_reward", "relift/solve_none", "relift/buffer", "relift/sft_updates", "relift/sft_loss",
+    "tree/branches", "tree/distinct_branches", "tree/shared_token_frac",
+)
+# The guidance study's task: 6- and 7-operand chains (the warm start learnt 4 and writes 3 steps whatever the length:
+# held-out greedy 0.035, pass@1 0.035, pass@16 0.207 on 256 prompts), a 64-token response budget (the longest
+# correct 7-operand answer has 61 tokens with its stop token), pass@k up to 16 on 256 held-out prompts.
+_GUIDANCE_TASK = dict(task__min_operands=6, task__max_operands=7, sampling__max_new_tokens=64,
+                      eval__num_examples=256, eval__pass_n=16, eval__pass_k=(1, 4, 16))
+
 # configs/grpo.py (4 minibatch updates per rollout batch) without its KL (β = 0.04) and with token-mean: the baseline of
 # configs/clip_cov.py and configs/kl_cov.py.
 _ENTROPY_BASE = dict(rl__kl_coef=0.0, rl__agg_mode="token-mean")
@@ -142,6 +154,25 @@ STUDIES = {
         eval_every=10,
         keys=_COMMON_KEYS + _MECHANISM_KEYS,
         description="DAPO's ladder on longer chains (4-6 operands) from the 4-operand warm start",
+    ),
+    # Issue 23's evidence: where the warm start mostly fails, does guidance (the task's reference solutions mixed into
+    # the groups: LUFFY; solution prefixes as hints for all-fail groups: GHPO; SFT on the questions no rollout
+    # solves: ReLIFT) or tree rollouts (TreeRL) lift pass@k where plain GRPO stalls? RL on _GUIDANCE_TASK's longer chains from the 4-operand warm start; pass@16 on 256 held-out
+    # prompts. The x-axis of the comparison is the sampling budget (`selection/generated_rollouts`,
+    # `generated_tokens`: TreeRL draws 240 rows a step, the others 256, LUFFY 224 of them sampled).
+    "guidance_hard": Study(
+        arms={
+            "grpo": _recipe("default", **_GUIDANCE_TASK),
+            "luffy": _recipe("luffy", **_GUIDANCE_TASK),
+            "ghpo": _recipe("ghpo", **_GUIDANCE_TASK),
+            "relift": _recipe("relift", **_GUIDANCE_TASK),
+            "treerl": _recipe("treerl", **_GUIDANCE_TASK),
+        },
+        seeds=(0, 1, 2),
+        rl_steps=40,
+        eval_every=10,
+        keys=_COMMON_KEYS + _GUIDANCE_KEYS,
+        description="Guidance (LUFFY, GHPO, ReLIFT) and tree rollouts (TreeRL) vs GRPO where the warm start mostly fails",
     ),
 }
 
@@ -228,7 +259,7 @@ def collect(study_name: str, root: str, path: str) -> int:
 def start_eval(study_name: str, root: str) -> dict:
     """Step 0 of every arm: the shared warm start evaluated on the study's held-out set. When the study trains on the
     warm start's task, the warm start's own logged evaluation; otherwise (e.g. dapo_hard's longer chains) its SFT
-    checkpoint evaluated under the study's config, in the first arm's seed-0 run with the run's k and evaluation key
+    checkpoint evaluated under the study's config, in the first arm's seed-0 run with the run's pass_k and evaluation key
     (`runs.evaluate_checkpoint`, which reproduces what a run logs), kept in that run's `eval_sft_<step>.json`."""
     from configs import default
     from rl4llm.train import metrics as metrics_lib
@@ -246,7 +277,7 @@ def start_eval(study_name: str, root: str) -> dict:
             with open(os.path.join(workdir, found[0]), encoding="utf-8") as f:
                 logged = json.load(f)["metrics"]
         else:
-            logged = runs.evaluate_checkpoint(workdir, [1, config.eval.pass_n], stage="sft")["metrics"]
+            logged = runs.evaluate_checkpoint(workdir, list(config.eval.pass_k), stage="sft")["metrics"]
     return {k: logged[k] for k in study.keys if k.startswith("eval/") and k in logged}
 
 

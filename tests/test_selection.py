@@ -27,6 +27,8 @@ from rl4llm.train import checkpointing
 from rl4llm import config as config_lib
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import job
+from rl4llm.train import prompt_selection
+from rl4llm.train.rows import Rows
 from tests.test_train import tiny_config
 
 
@@ -265,6 +267,63 @@ def test_hints_grow_and_never_reveal_the_answer():
     assert ex.solution[:19] == "37+48=85;85-19=66;#"  # the longest hint ends before the answer
 
 
+def _hand_rows(main, tag):
+    """Rows of one generate call: every token is `tag` (which call made the row), rewards `main`."""
+    n = len(main)
+    main = np.asarray(main, np.float32)
+    return Rows(prompt_tokens=np.full((n, 1), tag, np.int32), prompt_mask=np.ones((n, 1), bool),
+                completion_tokens=np.full((n, 2), tag, np.int32), completion_mask=np.ones((n, 2), bool),
+                logprobs=np.zeros((n, 2), np.float32), finished=np.ones(n, bool), scores=main, main=main,
+                components=main[:, None], hint_chars=np.zeros(n, np.int32), fresh=np.ones(n, bool),
+                off_policy=np.zeros(n, bool))
+
+
+def test_ghpo_hints_replace_only_all_fail_groups_at_the_first_level_that_solves():
+    """GHPO (hkgc-1/GHPO, ghpo_trainer.py): a group with a correct rollout is never regenerated; an all-fail group is
+    regenerated with 25 %, then 50 %, then 75 % of its reference solution appended to its prompt and replaced by the
+    first hinted group with a correct rollout; one no level solves stays as it was."""
+    c = tiny_config()
+    c.rl.num_prompts, c.rl.num_generations = 3, 2
+    c.selection.hints = True
+    config = config_lib.parse(c)
+    selector = prompt_selection.Selector(config, None, data_offset=0, pad_id=0, encode=None)
+    examples = [arithmetic.render_problem([37, 48, 19], ["+", "-"]),  # solved unhinted: never touched
+                arithmetic.render_problem([12, 30, 7], ["-", "+"]),  # solved once half of the solution is given
+                arithmetic.render_problem([5, 6, 2], ["+", "+"])]  # never solved
+    needs = {ex.prompt: f for ex, f in zip(examples, (0.0, 0.5, 2.0))}  # hint fraction each example needs
+    calls = []
+
+    def generate(prompts, answers, counts, key, prefixes, traces=None, solutions=None):
+        del answers, key, traces
+        tag = len(calls) + 1
+        calls.append(list(zip(prompts, prefixes)))
+        main = []
+        for prompt, prefix, solution, count in zip(prompts, prefixes, solutions, counts):
+            base = prompt[: len(prompt) - len(prefix)]
+            assert prompt == curriculum.hinted_prompt(base, solution, len(prefix))  # the hint is the prefix
+            solved = len(prefix) >= len(solution) * needs[base] - 0.5
+            main += [0.0] * (count - 1) + [float(solved)]
+        return _hand_rows(main, tag), {}
+
+    rows, metrics = selector.generate_groups(examples, jax.random.key(0), generate)
+    prefixes = [[len(p) for _, p in call] for call in calls]
+    # the unhinted round, then the two failing groups at 25 % (power-of-two slots) and at 50 %: the third group
+    # alone (padded to 1 slot) at 75 %, where it fails again
+    third = examples[2].solution
+    assert prefixes == [[0, 0, 0],
+                        [curriculum.hint_chars(examples[1].solution, examples[1].answer, 0.25),
+                         curriculum.hint_chars(third, examples[2].answer, 0.25)],
+                        [curriculum.hint_chars(examples[1].solution, examples[1].answer, 0.5),
+                         curriculum.hint_chars(third, examples[2].answer, 0.5)],
+                        [curriculum.hint_chars(third, examples[2].answer, 0.75)]]
+    assert [p.startswith(examples[1].prompt) for p, _ in calls[2]] == [True, False]
+    # group 0 from the unhinted call, group 1 from the 50 % call (tag 3), group 2 unhinted (all fail)
+    np.testing.assert_array_equal(rows.completion_tokens[:, 0], [1, 1, 3, 3, 1, 1])
+    np.testing.assert_array_equal(rows.hint_chars, [0, 0] + [prefixes[2][0]] * 2 + [0, 0])
+    assert metrics == {"selection/hint_candidates": 2.0, "selection/hint_solved": 1.0,
+                       "selection/hint_rollouts": 2.0 * (2 + 2 + 1)}
+
+
 def test_arithmetic_curriculum_schedule():
     cfg = arithmetic.ArithmeticConfig(min_operands=4, max_operands=4, max_value=9)
     first = curriculum.arithmetic_at_step(cfg, 0, start_operands=2, start_max_value=3, steps=10)
@@ -340,6 +399,33 @@ def _run(config, warm_start, workdir, **kwargs):
             shutil.copytree(os.path.join(warm_start, part), os.path.join(workdir, part))
     job.run(config, workdir, **kwargs)
     return {r["step"]: r for r in metrics_lib.read_metrics(workdir, "rl")}
+
+
+HINT_RECIPES = ("ghpo",)  # run here: its hints need groups that all fail and a hint that helps
+
+
+def _starts_like_the_solution(completion: str, answer: str) -> float:
+    """Right iff the scored text opens as the tiny task's solutions do ('3+4=7;#7'): the nano warm start rarely
+    writes that, the 25 % hint ('3+') always does."""
+    del answer
+    return float(len(completion) >= 2 and completion[0].isdigit() and completion[1] == "+")
+
+
+def test_ghpo_recipe_regenerates_all_fail_groups_with_hints(tmp_path, monkeypatch, warm_start):
+    from configs import ghpo
+    from tests.test_recipes import shrink
+
+    assert "--config=configs/ghpo.py" in ghpo.get_config.__doc__
+    monkeypatch.setitem(rewards.REWARDS, "starts_like_the_solution", _starts_like_the_solution)
+    config = shrink(ghpo.get_config())
+    config.task.reward = "starts_like_the_solution"
+    config.rl.steps = 2
+    records = _run(config, warm_start, str(tmp_path / "ghpo"))
+    assert sum(r["selection/hint_candidates"] for r in records.values()) > 0
+    for r in records.values():  # the first level solves every all-fail group under this reward
+        assert r["selection/hint_solved"] == r["selection/hint_candidates"], r
+        assert r["selection/hint_rollouts"] >= 4 * r["selection/hint_candidates"]
+        assert np.isfinite(r["loss/pg"])
 
 
 def test_dots_with_replay_resumes_exactly(tmp_path, monkeypatch, warm_start):
