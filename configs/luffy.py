@@ -18,6 +18,11 @@ def get_config():
     Logged: `off_policy_frac` (trace tokens / tokens), `off_is_weight_mean/max/min` (π_θ of trace tokens),
     `off_shaped_weight_mean`, `off_policy/trace_reward`; `reward` and the solve fractions count sampled rows only.
 
+    Traces from a stronger model instead (`config.teacher`, `rl4llm.train.teacher`): k fresh samples of any
+    checkpoint each step, e.g. another run's workdir or an HF model directory:
+        python -m experiments.train --config=configs/luffy.py --workdir=/tmp/rl4llm/luffy_teacher \
+            --config.teacher.checkpoint=/tmp/rl4llm/stronger_run
+
     Run:
         python -m experiments.train --config=configs/luffy.py --workdir=/tmp/rl4llm/luffy
     Result: not yet recorded.

@@ -320,6 +320,20 @@ class Relift:
                                 Between(0.0, 1e3))
 
 
+@_section
+class Teacher:
+    """A stronger model whose samples are the off-policy traces of `rl.off_policy_traces` (LUFFY's guidance from a
+    teacher, `rl4llm.train.teacher`) in place of the task's reference solutions: each step, k completions of every
+    prompt drawn from it, decoded to text and re-encoded with the policy's tokenizer (so any tokenizer will do)."""
+
+    checkpoint: str = param("", "an rl4llm run's workdir: its newest RL checkpoint, else its SFT one; '' = none",
+                            Satisfies(lambda v: not v or os.path.isdir(v), "not a directory"))
+    hf_checkpoint: str = param("", "or an HF model directory (config.json, safetensors, tokenizer.json)",
+                               Satisfies(lambda v: not v or os.path.isdir(v), "not a directory"))
+    temperature: float = param(1.0, "the teacher's sampling temperature (0: greedy, k equal traces)",
+                               Between(0.0, 100.0))
+
+
 PREFERENCE_LOSSES = ("none", "dpo", "cpl", "p3o")  # rl4llm.train.preference_step
 
 
@@ -572,6 +586,7 @@ class RunConfig:
     critic: Critic = param(Critic, "PPO's value model")
     prime: Prime = param(Prime, "PRIME's implicit PRM")
     relift: Relift = param(Relift, "ReLIFT: SFT steps on the questions RL fails")
+    teacher: Teacher = param(Teacher, "a teacher model sampling the off-policy traces (LUFFY from a stronger model)")
     reward_model: RewardModel = param(RewardModel, "an outcome reward model: its training and its use in RL")
     generative_verifier: GenerativeVerifier = param(GenerativeVerifier, "a generative verifier's P(Yes) as the reward")
     preference: Preference = param(Preference, "pairwise preference objectives (online DPO) in place of rl.loss")

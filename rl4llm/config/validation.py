@@ -430,8 +430,10 @@ def _off_policy_errors(config) -> list[str]:
                       "as the policy's rollouts)")
     if rl.tis_cap > 0:
         errors.append(f"{field}: config.rl.tis_cap={rl.tis_cap} divides by sampler log-probs, which traces do not have")
-    if config.task.name == "local" and not config.task.local["solution_field"]:
-        errors.append(f"{field}: config.task.local.solution_field='' gives no reference solutions to mix in")
+    teacher = config.teacher.checkpoint or config.teacher.hf_checkpoint
+    if config.task.name == "local" and not config.task.local["solution_field"] and not teacher:
+        errors.append(f"{field}: config.task.local.solution_field='' gives no reference solutions to mix in (or "
+                      "set config.teacher)")
     return errors
 
 
@@ -551,6 +553,23 @@ def _relift_errors(config) -> list[str]:
     if config.selection.replay_capacity:
         errors.append(f"config.relift.batch_size={r.batch_size}: replayed rows carry no reference solution; set "
                       f"config.selection.replay_capacity={config.selection.replay_capacity} to 0")
+    return errors
+
+
+def _teacher_errors(config) -> list[str]:
+    """A teacher (config.teacher) samples the traces of rl.off_policy_traces, from one source."""
+    t = config.teacher
+    source = t.checkpoint or t.hf_checkpoint
+    if not source:
+        return []
+    field = f"config.teacher.{'checkpoint' if t.checkpoint else 'hf_checkpoint'}={source!r}"
+    errors = []
+    if t.checkpoint and t.hf_checkpoint:
+        errors.append(f"config.teacher.checkpoint={t.checkpoint!r} and hf_checkpoint={t.hf_checkpoint!r}: the "
+                      "teacher comes from one of them; unset the other")
+    if not config.rl.off_policy_traces:
+        errors.append(f"{field}: the teacher samples the off-policy traces; set config.rl.off_policy_traces >= 1 "
+                      "(and an off-policy loss, e.g. rl.loss='luffy')")
     return errors
 
 
@@ -813,6 +832,7 @@ CHECKS = (
     (_adaptive_temperature_errors, ("sampling",)),
     (_downsampling_errors, ("rl",)),
     (_relift_errors, ("relift", "selection")),
+    (_teacher_errors, ()),
     (_reward_model_errors, ()),
     (_generative_verifier_errors, ()),
     (_selection_errors, ("rl", "selection")),

@@ -17,8 +17,13 @@ from rl4llm.sampling import tree as sampling_tree
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.train import batches
 from rl4llm.train import prompt_selection
+from rl4llm.train import teacher as teacher_lib
 from rl4llm.train.setup import Setup
 from rl4llm.verifiers import generative as generative_lib
+
+# The teacher's stream of the generation key (config.teacher): its traces are drawn independently of the rollouts.
+_TEACHER_STREAM = 4000
+
 
 def generate(setup: Setup, params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index=None, row_offset=0,
              entropy_stats=None) -> sampling.Rollout:
@@ -146,14 +151,24 @@ def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.n
     return np.repeat(scores, config.rl.num_generations)
 
 
-def with_traces(config, setup: Setup, completions: dict, counts: np.ndarray, traces) -> tuple[dict, np.ndarray]:
+def with_traces(config, setup: Setup, completions: dict, counts: np.ndarray, traces, stopped=None
+                ) -> tuple[dict, np.ndarray]:
     """Sampled `completions` (host arrays [sum(counts), ...] by Rows field) with each prompt's off-policy traces
     after its counts[i] sampled rows, and the group sizes. A trace row is the trace text + eos, behaviour log-probs
-    0 (π_b := 1, LUFFY's convention: `rl.off_policy.luffy`), finished, `off_policy` True."""
+    0 (π_b := 1, LUFFY's convention: `rl.off_policy.luffy`), `off_policy` True. Reference solutions (`stopped`
+    None) all end with eos, and one longer than the response budget raises; a teacher's traces (`train.teacher`)
+    are cut at the budget, and one the teacher did not stop (`stopped` [b] bool, flat) gets no eos: it is unfinished."""
     flat = [t for group in traces for t in group]
-    tokens, mask = batches.encode_completions(setup.tokenizer, flat, config.sampling.max_new_tokens)
+    tokens, mask = batches.encode_completions(setup.tokenizer, flat, config.sampling.max_new_tokens,
+                                              truncate=stopped is not None)
+    if stopped is not None:
+        length = mask.sum(-1).astype(int)
+        cut = np.flatnonzero(~np.asarray(stopped) & (tokens[np.arange(len(flat)), length - 1] ==
+                                                      setup.tokenizer.eos_id))
+        tokens[cut, length[cut] - 1], mask[cut, length[cut] - 1] = setup.tokenizer.pad_id, 0.0
+    finished = ((tokens == setup.tokenizer.eos_id) & (mask > 0)).any(axis=-1)
     trace_rows = dict(completion_tokens=tokens, completion_mask=mask > 0, logprobs=np.zeros(tokens.shape, np.float32),
-                      finished=np.ones(len(flat), bool), off_policy=np.ones(len(flat), bool))
+                      finished=finished, off_policy=np.ones(len(flat), bool))
     num_traces = np.array([len(group) for group in traces])
     group = np.concatenate([np.repeat(np.arange(len(counts)), counts), np.repeat(np.arange(len(traces)), num_traces)])
     order = np.argsort(group, kind="stable")  # each group: its sampled rows, then its traces
@@ -182,7 +197,12 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     completions["off_policy"] = np.zeros(int(counts.sum()), bool)
     sizes = counts
     if traces is not None:
-        completions, sizes = with_traces(config, setup, completions, counts, traces)
+        stopped = None
+        if setup.teacher is not None:  # the teacher's samples in place of the reference solutions
+            traces, stopped, teacher_metrics = teacher_lib.sample_traces(
+                setup.teacher, prompts, [len(t) for t in traces], jax.random.fold_in(key, _TEACHER_STREAM))
+            sampler_metrics.update(teacher_metrics)
+        completions, sizes = with_traces(config, setup, completions, counts, traces, stopped)
     group_ids = np.repeat(np.arange(len(prompts)), sizes)
     row_tokens, row_mask = prompt_tokens[group_ids], prompt_mask[group_ids]
     scores, main, components, reward_metrics = score(

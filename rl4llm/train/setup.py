@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 
@@ -47,6 +47,7 @@ class Setup:
     layout: layout_lib.Layout | None = None  # the meshes' placement of arrays (`parallel`); None on one device
     reward_model: reward_model_lib.Scorer | None = None  # an outcome RM scoring rollouts (config.reward_model)
     verifier: generative_lib.Verifier | None = None  # a generative verifier scoring rollouts (generative_verifier)
+    teacher: Any = None  # a `train.teacher.Teacher` sampling the off-policy traces (config.teacher; training runs)
 
 
 def build_setup(config, workdir: str) -> Setup:

@@ -26,6 +26,7 @@ from rl4llm.train import inputs as inputs_lib
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import rollouts
 from rl4llm.train import setup as setup_lib
+from rl4llm.train import teacher as teacher_lib
 from rl4llm.train.companions import adaptive_temperature
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import reward_weighting
@@ -164,10 +165,12 @@ def useful_fraction(advantages, mask):  # [N, T] each
 
 
 def build_setup(config, workdir: str) -> Setup:
-    """`setup.build_setup` (process 0 trains and caches the tokenizer, the others load it), on the config's meshes."""
+    """`setup.build_setup` (process 0 trains and caches the tokenizer, the others load it), on the config's meshes,
+    with the teacher that samples the off-policy traces (config.teacher)."""
     with distributed.main_process_first("task tokenizer"):
         setup = setup_lib.build_setup(config, workdir)
-    return dataclasses.replace(setup, layout=layout_lib.layout_from_config(config, setup.model_cfg))
+    return dataclasses.replace(setup, layout=layout_lib.layout_from_config(config, setup.model_cfg),
+                               teacher=teacher_lib.load(config))
 
 
 def describe(config, setup: Setup) -> str:
