@@ -25,6 +25,7 @@ from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import job
 from rl4llm.train import optim
 from rl4llm.train import programs
+from rl4llm.train import single_turn
 from tests import subprocess_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -328,6 +329,17 @@ def test_dr_grpo_normaliser_is_one_constant_whatever_the_padded_length():
 )
 def test_pass_at_k_hand_computed(n, c, k, expected):
     assert evaluate.pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_summary_table_shows_a_dash_where_the_warm_start_measured_other_pass_at_k():
+    """A warm start reused from another run evaluated pass@1,4; this run pass@1,4,16 (it crashed the job's last line)."""
+    sft_eval = {"eval/greedy_accuracy": 0.5, "eval/pass@1": 0.25, "eval/pass@4": 0.625, "eval/response_length": 24.0}
+    rl_eval = {"eval/greedy_accuracy": 0.75, "eval/pass@16": 0.875, "eval/pass@1": 0.5, "eval/pass@4": 0.8125,
+               "eval/response_length": 30.5}
+    header, warm, after = single_turn.summary_table({"sft_eval": sft_eval, "rl_eval": rl_eval}).splitlines()
+    assert header.split() == ["greedy_accuracy", "pass@1", "pass@4", "pass@16", "response_length"]
+    assert warm.split() == ["warm", "start", "0.500", "0.250", "0.625", "-", "24.000"]
+    assert after.split() == ["after", "RL", "0.750", "0.500", "0.812", "0.875", "30.500"]
 
 
 @pytest.mark.parametrize(

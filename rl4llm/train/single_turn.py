@@ -187,11 +187,16 @@ def summary(sft_eval: dict, rl_eval: dict) -> dict:
 
 
 def summary_table(summary: dict) -> str:
-    """A short human table of warm-start vs after-RL evaluation."""
-    keys = ["greedy_accuracy"] + [k.removeprefix("eval/") for k in summary["rl_eval"] if k.startswith("eval/pass@")]
-    keys.append("response_length")
-    header = f"{'':12s}" + "".join(f"{k:>18s}" for k in keys)
-    rows = [header]
-    for name, ev in (("warm start", summary["sft_eval"]), ("after RL", summary["rl_eval"])):
-        rows.append(f"{name:12s}" + "".join(f"{ev['eval/' + k]:>18.3f}" for k in keys))
+    """A short human table of warm-start vs after-RL evaluation.
+
+    The two evaluations may differ in what they measured (a warm start reused from another run evaluated other
+    pass@k): a number one of them lacks shows as "-".
+    """
+    evals = (("warm start", summary["sft_eval"]), ("after RL", summary["rl_eval"]))
+    pass_keys = {k for _, ev in evals for k in ev if k.startswith("eval/pass@")}
+    keys = ["eval/greedy_accuracy", *sorted(pass_keys, key=lambda k: int(k.removeprefix("eval/pass@"))),
+            "eval/response_length"]
+    rows = [f"{'':12s}" + "".join(f"{k.removeprefix('eval/'):>18s}" for k in keys)]
+    for name, ev in evals:
+        rows.append(f"{name:12s}" + "".join(f"{ev[k]:>18.3f}" if k in ev else f"{'-':>18s}" for k in keys))
     return "\n".join(rows)
