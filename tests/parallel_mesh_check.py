@@ -6,7 +6,7 @@ tolerance), keeps its params sharded by the logical-axis rules, and the sampler 
 single-device tokens for the same key. Also a colocated sampler mesh (another layout of the same devices) and a
 disaggregated one (4 learner + 4 sampler devices), whose rollouts come back replicated on the learner's devices.
 And online DPO (`train.preference_step`: pairs of rows across the batch's shards, micro-batched) on the (2,2,2) mesh,
-and HAPO's adaptive-temperature sampler on the disaggregated one.
+and HAPO's adaptive-temperature sampler and the EPTree sampler on the disaggregated one.
 Prints OK; exits non-zero on mismatch.
 """
 
@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec as P
 from rl4llm import models, sampling
 from rl4llm.parallel import layout as layout_lib
 from rl4llm.parallel import mesh as mesh_lib
+from rl4llm.sampling import tree as sampling_tree
 from rl4llm.train import learner
 from rl4llm.train import preference_step
 
@@ -154,6 +155,19 @@ def main():
     close(hapo_rollout.temperatures, ref_hapo.temperatures, "adaptive temperature per token", atol=1e-5)
     assert np.asarray(ref_hapo.temperatures)[np.asarray(ref_hapo.completion_mask)].std() > 0  # it does adapt
     print("adaptive temperature sampler matches", flush=True)
+    # Tree rollouts (EPTree: 2 paths per prompt, each forked once into 2 branches) from the sampler's params on the
+    # disaggregated layout, as `train.rollouts.tree_completions` draws them: the single-device tree.
+    shape = sampling_tree.TreeShape(initial_paths=2, branch_points=1, branches=2, iterations=1)
+    tree_prompts = tuple(jnp.asarray(x[:4]) for x in prompts)
+    ref_tree = jax.device_get(sampling_tree.generate_tree(MODEL, host_state.params, *tree_prompts,
+                                                          jax.random.key(6), SAMPLING, shape))
+    tree = jax.device_get(sampling_tree.generate_tree(MODEL, layout.sampler_params(learner_params), *tree_prompts,
+                                                      jax.random.key(6), SAMPLING, shape))
+    check_rollout(tree.rollout, ref_tree.rollout, "tree rollouts")
+    np.testing.assert_array_equal(tree.tree_nodes, ref_tree.tree_nodes, err_msg="tree nodes")
+    np.testing.assert_array_equal(tree.fork_position, ref_tree.fork_position, err_msg="tree fork positions")
+    assert (np.asarray(ref_tree.fork_position) > 0).any()  # branches were forked after some tokens
+    print("tree sampler matches", flush=True)
     check_online_dpo(host_state)
     print("OK")
 
