@@ -14,6 +14,7 @@ evaluation cadence and the metric keys it keeps. The script
      step) with the study's keys, step 0 = the warm start's evaluation. The notebooks redraw every figure from it.
      Records the file already holds for runs not under `--root` (run earlier, elsewhere) are kept if they start
      from the same warm start (equal step-0 evaluation; otherwise it stops with an error).
+  4. with `--samples=N`, writes `notebooks/results/<study>_samples.jsonl`: what the policies write (`write_samples`).
 Re-running skips finished runs and resumes interrupted ones from their checkpoints.
 """
 
@@ -43,6 +44,8 @@ _WORKERS = flags.DEFINE_integer("workers", 1, "Runs at a time (each in its own p
 _ARMS = flags.DEFINE_list("arms", None, "Only these arms (default: all of the study's).")
 _SEEDS = flags.DEFINE_list("seeds", None, "Only these seeds (default: the study's).")
 _JOB = flags.DEFINE_string("job", None, "Internal: run one '<arm>/<seed>' in this process.")
+_SAMPLES = flags.DEFINE_integer("samples", 0, "Also write <results>_samples.jsonl: this many held-out completions of "
+                                "the warm start and of each finished run's last checkpoint (`write_samples`).")
 
 
 def _override(config, overrides: dict):
@@ -174,6 +177,16 @@ STUDIES = {
         keys=_COMMON_KEYS + _GUIDANCE_KEYS,
         description="Guidance (LUFFY, GHPO, ReLIFT) and tree rollouts (TreeRL) vs GRPO where the warm start mostly fails",
     ),
+    # The longer horizon of guidance_hard's two extremes: LUFFY's policy learns the traces' longer answers yet its pass@k
+    # falls over 40 steps, while GRPO's barely moves. Does either change with 2.5x the steps?
+    "guidance_hard_long": Study(
+        arms={"grpo": _recipe("default", **_GUIDANCE_TASK), "luffy": _recipe("luffy", **_GUIDANCE_TASK)},
+        seeds=(0, 1, 2),
+        rl_steps=100,
+        eval_every=20,
+        keys=_COMMON_KEYS + _GUIDANCE_KEYS,
+        description="guidance_hard's GRPO and LUFFY arms over 100 steps",
+    ),
 }
 
 
@@ -253,6 +266,30 @@ def collect(study_name: str, root: str, path: str) -> int:
                                  f"{warm_start_dir(root)} ({ {k: r[k] for k in warm_eval if k in r} } vs {warm_eval})")
         records += kept
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    return results.write_results(path, records)
+
+
+def write_samples(study_name: str, root: str, path: str, num_prompts: int) -> int:
+    """Writes what the policies write: one completion (the run's rollout sampling, key 0) for each of the first
+    `num_prompts` held-out prompts, from the warm start (arm "warm_start", step 0: the first arm's seed-0 SFT
+    checkpoint, under the study's task) and from every finished run's last RL checkpoint. Records: arm, seed, step,
+    prompt, completion, answer, reward, length, finished. Returns the number of records."""
+    from rl4llm.analysis import results
+    from rl4llm.train import runs
+
+    study = STUDIES[study_name]
+    first_arm = next(iter(study.arms))
+    sources = [("warm_start", 0, run_dir(root, study_name, first_arm, 0), "sft")]
+    sources += [(arm, seed, run_dir(root, study_name, arm, seed), "rl") for arm in study.arms for seed in study.seeds
+                if os.path.exists(os.path.join(run_dir(root, study_name, arm, seed), "summary.json"))]
+    records = []
+    for arm, seed, workdir, stage in sources:
+        policy = runs.restore_policy(workdir, stage, num_examples=num_prompts)
+        try:
+            records += [{"arm": arm, "seed": seed, "step": policy.step if stage == "rl" else 0, **c}
+                        for c in runs.sample_completions(policy, num_prompts)]
+        finally:
+            policy.setup.rewards.close()
     return results.write_results(path, records)
 
 
@@ -338,6 +375,10 @@ def main(argv):
     failed = [p.args[-1] for p in running if p.wait() != 0]
     path = _RESULTS.value or os.path.join(_REPO, "notebooks", "results", f"{_STUDY.value}.jsonl")
     print(f"wrote {collect(_STUDY.value, root, path)} records to {path}", flush=True)
+    if _SAMPLES.value:
+        samples_path = path.removesuffix(".jsonl") + "_samples.jsonl"
+        print(f"wrote {write_samples(_STUDY.value, root, samples_path, _SAMPLES.value)} records to {samples_path}",
+              flush=True)
     if failed:
         sys.exit(f"failed runs: {failed} (logs in {root})")
 

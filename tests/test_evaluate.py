@@ -131,6 +131,28 @@ def test_evaluate_checkpoint_reproduces_the_logged_evaluation(tiny_run):
         runs.evaluate_checkpoint(tiny_run, [0, 2])
 
 
+def test_reproduce_samples_are_the_checkpoints_completions_scored(tiny_run, tmp_path):
+    """experiments/reproduce.py --samples: the warm start's (SFT checkpoint, step 0) and each finished run's last RL
+    checkpoint's completions of the first held-out prompts, each record scored by the task's reward."""
+    import shutil
+
+    from experiments import reproduce
+    from rl4llm.analysis import results
+
+    root = str(tmp_path)
+    shutil.copytree(tiny_run, reproduce.run_dir(root, "guidance_hard", "grpo", 0))
+    path = str(tmp_path / "samples.jsonl")
+    assert reproduce.write_samples("guidance_hard", root, path, 3) == 6
+    records = results.read_results(path)
+    assert [(r["arm"], r["seed"], r["step"]) for r in records] == [("grpo", 0, 2)] * 3 + [("warm_start", 0, 0)] * 3
+    sft = runs.restore_policy(tiny_run, "sft", num_examples=3)
+    expected = runs.sample_completions(sft, 3)
+    sft.setup.rewards.close()
+    assert [r["completion"] for r in records[3:]] == [c["completion"] for c in expected]
+    for r in records:
+        assert r["reward"] == arithmetic_reward.score(r["completion"], r["answer"])
+
+
 def test_binary_without_checkpoint_names_the_workdir(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "experiments.evaluate", f"--workdir={tmp_path}"],
