@@ -6,8 +6,9 @@ from configs import default
 def get_config():
     """GHPO: GRPO, and each group whose G rollouts all fail is regenerated with a prefix of the task's reference
     solution appended to its prompt: 25% of the solution's characters, then 50%, then 75%, stopping at the first
-    level at which some rollout is correct; that hinted group replaces the failed one (`Selector._hint`,
-    `rl4llm.data.curriculum.hint_chars`: the prefix never reaches the final answer). The hint is part of the prompt,
+    level at which some rollout is correct; that hinted group replaces the failed one
+    (`rl4llm.train.hints.staged_groups`, `rl4llm.data.curriculum.hint_chars`: the prefix never reaches the final
+    answer). The hint is part of the prompt,
     so the loss trains only the policy's own continuation, on-policy for the hinted prompt.
 
     Official code (hkgc-1/GHPO, ghpo_trainer.py, recipes/Qwen2.5-Math-7B/ghpo/config_ghpo.yaml), which this follows:

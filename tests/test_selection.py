@@ -324,6 +324,67 @@ def test_ghpo_hints_replace_only_all_fail_groups_at_the_first_level_that_solves(
                        "selection/hint_rollouts": 2.0 * (2 + 2 + 1)}
 
 
+def test_irt_fit_recovers_the_difficulty_and_its_hint_reaches_the_target():
+    """SEELE's item response curve: from noise-free counts of a known curve the fitted b is the curve's (to the
+    grid's 1e-3) and a(h*) = the target; one round at h = 0 with s of n correct gives b = -logit(s/n)/k by hand."""
+    for b, k, c in ((0.37, 10.0, 0.1), (-0.2, 4.0, 0.0), (0.8, 25.0, 0.05)):
+        h = np.array([[0.0, 0.3, 0.6, 0.9]])
+        n = np.full((1, 4), 1000.0)
+        b_hat = curriculum.irt_difficulty(h, n * curriculum.irt_accuracy(h, b, k, c), n, k, c)
+        assert abs(b_hat[0] - b) <= 1e-3
+        for target in (0.5, 0.7):
+            rate = curriculum.irt_hint(np.float64(b), k, c, target)
+            if 0.0 < rate < 1.0:
+                assert curriculum.irt_accuracy(rate, b, k, c) == pytest.approx(target)
+    # 1 of 4 at h = 0 (k = 10, c = 0): sigma(-10 b) = 1/4 -> b = ln 3 / 10 = 0.10986; the 0.5 hint is b itself
+    b_hat = curriculum.irt_difficulty([[0.0]], [[1]], [[4]], 10.0, 0.0)
+    assert b_hat[0] == pytest.approx(math.log(3) / 10, abs=1e-3)
+    assert curriculum.irt_hint(b_hat, 10.0, 0.0, 0.5)[0] == pytest.approx(math.log(3) / 10, abs=1e-3)
+    # never solved -> the whole hint; always solved -> none; fewer successes at the same hints -> harder
+    never, always = curriculum.irt_difficulty([[0.0], [0.0]], [[0], [4]], [[4], [4]], 10.0, 0.0)
+    assert curriculum.irt_hint(np.array([never, always]), 10.0, 0.0, 0.5).tolist() == [1.0, 0.0]
+    hard, easy = curriculum.irt_difficulty([[0.0, 0.5], [0.0, 0.5]], [[0, 1], [0, 3]], [[4, 4], [4, 4]], 10.0, 0.0)
+    assert hard > easy
+    # all-fail without a hint, all solved with the whole solution: the fit puts b between them, where a = 0.5
+    (b_hat,) = curriculum.irt_difficulty([[0.0, 1.0]], [[0, 4]], [[4, 4]], 10.0, 0.0)
+    assert b_hat == pytest.approx(0.5, abs=1e-3)
+
+
+def test_seele_rounds_hint_each_problem_at_its_fitted_rate_and_group_every_round():
+    """SEELE: round 1 without a hint; round 2 appends the prefix at the hint rate irt_hint(irt_difficulty(round 1))
+    of each problem; each group holds its problem's rollouts of both rounds, each row with its own hint."""
+    c = tiny_config()
+    c.rl.num_prompts, c.rl.num_generations = 2, 4
+    c.selection.update(hints=True, hint_schedule="irt", hint_rounds=2, irt_discrimination=10.0, irt_guess=0.0)
+    config = config_lib.parse(c)
+    selector = prompt_selection.Selector(config, None, data_offset=0, pad_id=0, encode=None)
+    examples = [arithmetic.render_problem([37, 48, 19], ["+", "-"]),  # solved 1 of 2 times unhinted
+                arithmetic.render_problem([5, 6, 2], ["+", "+"])]  # never unhinted
+    calls = []
+
+    def generate(prompts, answers, counts, key, prefixes, traces=None, solutions=None):
+        del answers, key, traces, solutions
+        assert list(counts) == [2, 2]
+        calls.append([len(p) for p in prefixes])
+        tag = len(calls)
+        # round 1: problem 0 one of two, problem 1 none; round 2 (hinted): every rollout right
+        main = [0.0, 1.0, 0.0, 0.0] if tag == 1 else [1.0] * 4
+        for prompt, prefix, ex in zip(prompts, prefixes, examples):
+            assert prompt == curriculum.hinted_prompt(ex.prompt, ex.solution, len(prefix))
+        return _hand_rows(main, tag), {"reward/extra": float(tag)}
+
+    rows, metrics = selector.generate_groups(examples, jax.random.key(0), generate)
+    # by hand: problem 0, 1 of 2 at h = 0 -> sigma(-10 b) = 1/2 -> b = 0 -> h* = 0 (no hint); problem 1, 0 of 2 ->
+    # b = 3 (the grid's top) -> h* = 1 -> the whole solution but its answer
+    second = [0, curriculum.hint_chars(examples[1].solution, examples[1].answer, 1.0)]
+    assert calls == [[0, 0], second]
+    np.testing.assert_array_equal(rows.completion_tokens[:, 0], [1, 1, 2, 2, 1, 1, 2, 2])
+    np.testing.assert_array_equal(rows.hint_chars, [0, 0, 0, 0, 0, 0, second[1], second[1]])
+    np.testing.assert_array_equal(rows.main, [0, 1, 1, 1, 0, 0, 1, 1])
+    assert metrics == {"reward/extra": 1.5, "selection/hint_rate": 0.5, "selection/hinted_frac": 0.5,
+                       "selection/unhinted_accuracy": 0.25, "selection/hinted_accuracy": 1.0}
+
+
 def test_arithmetic_curriculum_schedule():
     cfg = arithmetic.ArithmeticConfig(min_operands=4, max_operands=4, max_value=9)
     first = curriculum.arithmetic_at_step(cfg, 0, start_operands=2, start_max_value=3, steps=10)
@@ -355,6 +416,13 @@ def test_arithmetic_curriculum_schedule():
         ({"selection.curriculum_steps": 10, "task.name": "countdown"}, "the curriculum schedules the arithmetic"),
         ({"selection.hint_fractions": (0.5, 0.25)}, "hint_fractions=(0.5, 0.25): must be increasing"),
         ({"selection.bots_decay": 1.5}, "config.selection.bots_decay=1.5: must lie in [0.0, 1.0]"),
+        ({"selection.hints": True, "selection.hint_schedule": "irt", "selection.hint_rounds": 3},
+         "config.selection.hint_rounds=3: must divide config.rl.num_generations=16"),
+        ({"selection.hints": True, "selection.hint_schedule": "irt", "selection.irt_guess": 0.6},
+         "config.selection.target=0.5: SEELE's hint needs irt_guess=0.6 < target < 1"),
+        ({"selection.hints": True, "selection.hint_schedule": "irt", "selection.method": "dots"},
+         "config.selection.hint_schedule='irt': needs config.selection.method='uniform'"),
+        ({"selection.hint_schedule": "adaptive"}, "config.selection.hint_schedule='adaptive': unknown"),
     ],
 )
 def test_selection_config_errors_name_the_field(updates, message):
@@ -401,7 +469,7 @@ def _run(config, warm_start, workdir, **kwargs):
     return {r["step"]: r for r in metrics_lib.read_metrics(workdir, "rl")}
 
 
-HINT_RECIPES = ("ghpo",)  # run here: its hints need groups that all fail and a hint that helps
+HINT_RECIPES = ("ghpo", "seele")  # run here: their hints need groups that fail and a hint that helps
 
 
 def _starts_like_the_solution(completion: str, answer: str) -> float:
@@ -425,6 +493,22 @@ def test_ghpo_recipe_regenerates_all_fail_groups_with_hints(tmp_path, monkeypatc
     for r in records.values():  # the first level solves every all-fail group under this reward
         assert r["selection/hint_solved"] == r["selection/hint_candidates"], r
         assert r["selection/hint_rollouts"] >= 4 * r["selection/hint_candidates"]
+        assert np.isfinite(r["loss/pg"])
+
+
+def test_seele_recipe_hints_the_problems_it_fails_toward_the_target_accuracy(tmp_path, monkeypatch, warm_start):
+    from configs import seele
+    from tests.test_recipes import shrink
+
+    assert "--config=configs/seele.py" in seele.get_config.__doc__
+    monkeypatch.setitem(rewards.REWARDS, "starts_like_the_solution", _starts_like_the_solution)
+    config = shrink(seele.get_config())
+    config.task.reward = "starts_like_the_solution"
+    config.rl.steps = 2
+    config.selection.hint_rounds = 2
+    records = _run(config, warm_start, str(tmp_path / "seele"))
+    for r in records.values():  # the warm start rarely opens like a solution; a hinted prompt always does
+        assert r["selection/hinted_frac"] > 0 and r["selection/hinted_accuracy"] > r["selection/unhinted_accuracy"], r
         assert np.isfinite(r["loss/pg"])
 
 

@@ -403,7 +403,7 @@ class Selection:
     acc_low: float = param(0.2, "accuracy_band: keep groups with acc_low <= mean correctness", Between(0.0, 1.0))
     acc_high: float = param(0.8, "accuracy_band: ... <= acc_high", Between(0.0, 1.0))
     pool_size: int = param(1024, "dots / bots / insight / knapsack: prompts with per-prompt statistics", AtLeast(1))
-    target: float = param(0.5, "dots / bots: target success rate", Between(0.0, 1.0))
+    target: float = param(0.5, "dots / bots / SEELE's hints: target success rate", Between(0.0, 1.0))
     dots_temperature: float = param(1e-3, "DOTS: softmax(-|p - target| / tau) without replacement",
                                     Between(0.0, 1e3, low_open=True))
     bots_temperature: float = param(0.0, "BOTS / InSight: 0 = top-k of the Thompson / information scores", Between(0.0, 1e3))
@@ -417,8 +417,15 @@ class Selection:
     knapsack_min_n: int = param(2, "knapsack: rollouts of prompts with success 0 or 1", AtLeast(2))
     knapsack_max_n: int = param(64, "knapsack: most rollouts of one prompt", AtLeast(2))
     hints: bool = param(False, "GHPO: regenerate all-fail groups with growing reference-solution prefixes", Boolean())
+    hint_schedule: str = param("staged", "staged: GHPO's hint_fractions for all-fail groups; irt: SEELE's per-problem "
+                               "hint rate fitted each round for accuracy selection.target", OneOf(("staged", "irt")))
     hint_fractions: tuple = param((0.25, 0.5, 0.75), "GHPO: the prefix fractions, in order",
                                   Satisfies(_increasing_fractions, "must be increasing fractions in (0, 1]"))
+    hint_rounds: int = param(4, "SEELE: rounds of G / hint_rounds rollouts per problem, the first without a hint",
+                             AtLeast(2))
+    irt_discrimination: float = param(10.0, "SEELE: k of a(h) = c + (1 - c) sigmoid(k (h - b)) (fixed; b is fitted)",
+                                      Between(0.0, 1e3, low_open=True))
+    irt_guess: float = param(0.0, "SEELE: c, the accuracy floor of a(h) (fixed)", Between(0.0, 1.0))
     curriculum_steps: int = param(0, "> 0 (arithmetic): operands and max_value grow to task's over these steps",
                                   AtLeast(0))
     curriculum_start_operands: int = param(2, "the curriculum's first operand count", AtLeast(2))

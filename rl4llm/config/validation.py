@@ -310,6 +310,23 @@ def _task_errors(config) -> list[str]:
     return errors
 
 
+def _irt_hint_errors(config) -> list[str]:
+    """SEELE's per-problem hint rounds (selection.hint_schedule='irt')."""
+    errors = []
+    sel, g = config.selection, config.rl.num_generations
+    if g % sel.hint_rounds:
+        errors.append(f"config.selection.hint_rounds={sel.hint_rounds}: must divide config.rl.num_generations={g} "
+                      "(every round draws G / hint_rounds rollouts of each problem)")
+    if not sel.irt_guess < sel.target < 1.0:
+        errors.append(f"config.selection.target={sel.target}: SEELE's hint needs irt_guess={sel.irt_guess} < "
+                      "target < 1 (the accuracy a(h) = c + (1 - c) sigmoid(k (h - b)) reaches only (c, 1))")
+    if sel.method != "uniform":
+        errors.append(f"config.selection.hint_schedule='irt': needs config.selection.method='uniform' (got "
+                      f"{sel.method!r}: its per-prompt statistics and replay take one hint per group, SEELE's groups "
+                      "mix the hints of their rounds)")
+    return errors
+
+
 def _selection_errors(config) -> list[str]:
     """Prompt selection, replay, rollout allocation, hints and curriculum (config.selection.*) against the run."""
     errors = []
@@ -333,6 +350,8 @@ def _selection_errors(config) -> list[str]:
             )
         if sel.hints:
             errors.append("config.selection.hints=True: not supported with method 'knapsack' (unequal groups)")
+    if sel.hints and sel.hint_schedule == "irt":
+        errors += _irt_hint_errors(config)
     if method != "uniform" and "baseline_scores" in registry.advantage_inputs(rl.advantage):
         errors.append(
             f"config.selection.method={method!r}: rl.advantage={rl.advantage!r} rolls out a greedy baseline of the "

@@ -8,6 +8,13 @@ continuation. The hint never reveals the final answer: it stops where the answer
 solution begins. For the built-in char tasks the prompt is continued directly (``prompt + hint``), and the scored
 text is ``hint + completion`` (the model finishes the worked solution the hint began).
 
+Capability-adaptive hints (Li et al. 2025, "Staying in the Sweet Spot", SEELE; digest §8.2): the hint rate h (the
+fraction of the solution given) is chosen per problem so that the rollout accuracy lands at a target (0.5, where
+a(1 − a), the bound on RLVR's loss descent, peaks). Accuracy against h follows a three-parameter logistic item
+response curve a(h) = c + (1 − c)·σ(k·(h − b)) (:func:`irt_accuracy`); after each round of rollouts the problem's
+difficulty b is fitted to the (h, successes, rollouts) it has seen (:func:`irt_difficulty`) and the next round
+uses h* = b + logit((target − c)/(1 − c))/k, clipped to [0, 1] (:func:`irt_hint`).
+
 Curriculum: the arithmetic task's operand count and operand range grow linearly from a start value to the
 configured ``config.task`` values over ``steps`` RL steps (:func:`arithmetic_at_step`).
 """
@@ -15,6 +22,8 @@ configured ``config.task`` values over ``steps`` RL steps (:func:`arithmetic_at_
 from __future__ import annotations
 
 import dataclasses
+
+import numpy as np
 
 from rl4llm.data import arithmetic
 
@@ -32,6 +41,47 @@ def hint_chars(solution: str, answer: str, fraction: float) -> int:
 def hinted_prompt(prompt: str, solution: str, chars: int) -> str:
     """The prompt with the first ``chars`` characters of the reference solution appended."""
     return prompt + solution[:chars]
+
+
+def irt_accuracy(h, b, k: float, c: float):
+    """SEELE's item response curve: the accuracy at hint rate ``h`` of a problem of difficulty ``b``,
+    ``a(h) = c + (1 − c)·σ(k·(h − b))`` (discrimination ``k`` > 0, guessing floor ``c`` in [0, 1))."""
+    return c + (1.0 - c) / (1.0 + np.exp(-k * (np.asarray(h, np.float64) - b)))
+
+
+# The difficulties irt_difficulty searches: a grid wide enough that the clipped hint of irt_hint reaches 0 and 1
+# for any k >= 1 and target, fine enough (1e-3) that the fitted hint is exact to a character of a 1,000-character
+# solution.
+_DIFFICULTY_GRID = np.linspace(-2.0, 3.0, 5001)
+
+
+def irt_difficulty(hints: np.ndarray, successes: np.ndarray, counts: np.ndarray, k: float, c: float) -> np.ndarray:
+    """The maximum-likelihood difficulty b of each problem given its rounds so far (hints, successes, counts: [P, R];
+    round r of problem p drew counts[p, r] rollouts at hint rate hints[p, r], successes[p, r] of them correct), under
+    binomial observations of :func:`irt_accuracy` with ``k`` and ``c`` fixed:
+    ``b̂ = argmax_b Σ_r s·log a(h_r; b) + (n − s)·log(1 − a(h_r; b))``, searched on a grid of step 1e-3 over
+    [-2, 3].
+    A problem never solved gets b = 3 (harder than any hint), one always solved b = -2.
+
+    Departure from SEELE, which fits all three parameters per problem: with the few rounds of a step a three-parameter
+    fit is not identified (one round's all-fail gives no slope), so the discrimination k and the floor c are
+    hyperparameters and only b is fitted; with k fixed the likelihood has an interior maximum as soon as a problem
+    has both a success and a failure, whatever the hints."""
+    hints, successes, counts = (np.asarray(x, np.float64)[..., None] for x in (hints, successes, counts))
+    a = irt_accuracy(hints, _DIFFICULTY_GRID, k, c)  # [P, R, grid]
+    # log 0 where the grid's curve is exactly 0 or 1: only ever multiplied by a zero count, which np.where drops
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_lik = np.where(successes > 0, successes * np.log(a), 0.0) + np.where(
+            counts > successes, (counts - successes) * np.log1p(-a), 0.0)
+    return _DIFFICULTY_GRID[np.argmax(log_lik.sum(axis=1), axis=-1)]
+
+
+def irt_hint(b: np.ndarray, k: float, c: float, target: float) -> np.ndarray:
+    """The hint rate at which :func:`irt_accuracy` equals ``target`` (> c):
+    ``h* = b + logit((target − c)/(1 − c))/k``, clipped to [0, 1] (no hint for a problem easier than the target, the
+    whole solution but its answer for one harder than the target at h = 1)."""
+    q = (target - c) / (1.0 - c)
+    return np.clip(np.asarray(b, np.float64) + np.log(q / (1.0 - q)) / k, 0.0, 1.0)
 
 
 def linear_schedule(step: int, start: int, end: int, steps: int) -> int:

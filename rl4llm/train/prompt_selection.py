@@ -3,10 +3,11 @@
 
 `Selector.collect` decides which prompts are rolled out (uniform stream, curriculum stage, refill rounds, the
 DOTS / BOTS / uniform pool draw, Knapsack rollout counts; `curricula`: RLVE's and SCALER's difficulty levels,
-StarPO-S's variance filter, SELF's greedy probe), calls the trainer's `generate(prompts, answers, counts, key, prefixes) -> Rows` for
-each generation round, regenerates all-fail groups with hints, mixes in replayed groups, and returns the step's
-training rows (N = num_prompts x num_generations) with the updated selection state (`SelectionState`,
-`DifficultyState`, `ScalerState` or None) and the step's selection metrics.
+StarPO-S's variance filter, SELF's greedy probe), calls the trainer's
+`generate(prompts, answers, counts, key, prefixes) -> Rows` for each generation round, adds hinted rollouts
+(`hints`: GHPO's staged, SEELE's fitted), mixes in replayed groups, and returns the step's training rows
+(N = num_prompts x num_generations) with the updated selection state (`SelectionState`, `DifficultyState`,
+`ScalerState` or None) and the step's selection metrics.
 Everything it draws comes from the step key (generation) and `selection.rng(seed, step, ·)` (choices), so a resumed
 run selects what the uninterrupted run would have.
 
@@ -30,13 +31,12 @@ from rl4llm.data import difficulty
 from rl4llm.data import replay as replay_lib
 from rl4llm.data import selection as selection_lib
 from rl4llm.train import curricula
-from rl4llm.train import rows as rows_lib
+from rl4llm.train import hints
 from rl4llm.train.rows import Rows, concat, take
 
-# Streams of fold_in(step_key, ·) for generation rounds after the first (round 0 uses the step key itself, so a
-# one-round step rolls out exactly what the plain trainer does) and for hint levels.
+# Stream of fold_in(step_key, ·) for generation rounds after the first (round 0 uses the step key itself, so a
+# one-round step rolls out exactly what the plain trainer does); hint rounds use `hints.HINT_STREAM`.
 _ROUND_STREAM = 2000
-_HINT_STREAM = 3000
 # Sub-streams of selection_lib.rng(seed, step, ·) (curricula.LEVELS = 3 draws the difficulty levels).
 _CHOICE, _REPLAY, _THOMPSON = 0, 1, 2
 
@@ -131,40 +131,17 @@ class Selector:
     def generate_groups(self, examples, key, generate: GenerateFn) -> tuple[Rows, dict]:
         """G rollouts of each example (and their reward metrics), then hints for the all-fail groups when on. With
         `rl.off_policy_traces` = k, G − k rollouts and k copies of the example's reference solution (LUFFY)."""
+        if self.sel.hints and self.sel.hint_schedule == "irt":
+            return hints.irt_groups(self.sel, self.num_generations, self.pad_id, examples, key, generate)
         k = self.off_policy_traces
         counts = np.full(len(examples), self.num_generations - k)
         traces = [[e.solution] * k for e in examples] if k else None
         rows, metrics = generate([e.prompt for e in examples], [e.answer for e in examples], counts, key,
                                  [""] * len(examples), traces, solutions=[e.solution for e in examples])
-        if self.sel.hints:
-            rows, hint_metrics = self._hint(examples, rows, key, generate)
+        if self.sel.hints:  # hint_schedule 'staged'
+            rows, hint_metrics = hints.staged_groups(self.sel, self.num_generations, self.pad_id, examples, rows, key,
+                                                     generate)
             metrics = {**metrics, **hint_metrics}
-        return rows, metrics
-
-    def _hint(self, examples, rows: Rows, key, generate: GenerateFn) -> tuple[Rows, dict]:
-        """GHPO: regenerate all-fail groups with growing solution prefixes; a group is replaced by the first
-        hinted generation with a correct rollout (rl4llm.data.curriculum)."""
-        g = self.num_generations
-        failing = np.flatnonzero(rows.main.reshape(-1, g).max(axis=1) <= 0)
-        metrics = {"selection/hint_candidates": float(failing.size), "selection/hint_solved": 0.0}
-        for level, fraction in enumerate(self.sel.hint_fractions):
-            if failing.size == 0:
-                break
-            slots = 1 << int(np.ceil(np.log2(failing.size)))  # power-of-two groups: few compiled shapes
-            padded = np.resize(failing, slots)
-            chars = [curriculum.hint_chars(examples[i].solution, examples[i].answer, fraction) for i in padded]
-            prompts = [curriculum.hinted_prompt(examples[i].prompt, examples[i].solution, c) for i, c in zip(padded, chars)]
-            prefixes = [examples[i].solution[:c] for i, c in zip(padded, chars)]
-            hinted, _ = generate(prompts, [examples[i].answer for i in padded], np.full(slots, g),
-                              jax.random.fold_in(key, _HINT_STREAM + level), prefixes,
-                              solutions=[examples[i].solution for i in padded])
-            hinted.hint_chars = np.repeat(np.asarray(chars, np.int32), g)
-            metrics["selection/hint_rollouts"] = metrics.get("selection/hint_rollouts", 0.0) + float(slots * g)
-            solved = hinted.main.reshape(-1, g)[: failing.size].max(axis=1) > 0
-            if solved.any():
-                rows = rows_lib.replace_groups(rows, hinted, failing[solved], np.flatnonzero(solved), g, self.pad_id)
-            metrics["selection/hint_solved"] += float(solved.sum())
-            failing = failing[~solved]
         return rows, metrics
 
     def _collect_refill(self, step: int, key, generate: GenerateFn) -> Collected:
