@@ -99,6 +99,7 @@ _GUIDANCE_KEYS = (
     "selection/hint_rollouts", "off_policy_frac", "off_is_weight_mean", "off_shaped_weight_mean",
     "off_policy/trace_reward", "relift/solve_none", "relift/buffer", "relift/sft_updates", "relift/sft_loss",
     "tree/branches", "tree/distinct_branches", "tree/shared_token_frac",
+    "selection/hint_rate", "selection/hinted_frac", "selection/unhinted_accuracy", "selection/hinted_accuracy",
 )
 # The guidance study's task: 6- and 7-operand chains (the warm start learnt 4 and writes 3 steps whatever the length:
 # held-out greedy 0.035, pass@1 0.035, pass@16 0.207 on 256 prompts), a 64-token response budget (the longest
@@ -160,7 +161,8 @@ STUDIES = {
     ),
     # Issue 23's evidence: where the warm start mostly fails, does guidance (the task's reference solutions mixed into
     # the groups: LUFFY; solution prefixes as hints for all-fail groups: GHPO; SFT on the questions no rollout
-    # solves: ReLIFT) or tree rollouts (TreeRL) lift pass@k where plain GRPO stalls? RL on _GUIDANCE_TASK's longer chains from the 4-operand warm start; pass@16 on 256 held-out
+    # solves: ReLIFT; per-problem hints fitted for accuracy 0.5: SEELE) or tree rollouts (TreeRL) lift pass@k where
+    # plain GRPO stalls? RL on _GUIDANCE_TASK's longer chains from the 4-operand warm start; pass@16 on 256 held-out
     # prompts. The x-axis of the comparison is the sampling budget (`selection/generated_rollouts`,
     # `generated_tokens`: TreeRL draws 240 rows a step, the others 256, LUFFY 224 of them sampled).
     "guidance_hard": Study(
@@ -170,12 +172,14 @@ STUDIES = {
             "ghpo": _recipe("ghpo", **_GUIDANCE_TASK),
             "relift": _recipe("relift", **_GUIDANCE_TASK),
             "treerl": _recipe("treerl", **_GUIDANCE_TASK),
+            "seele": _recipe("seele", **_GUIDANCE_TASK),
         },
         seeds=(0, 1, 2),
         rl_steps=40,
         eval_every=10,
         keys=_COMMON_KEYS + _GUIDANCE_KEYS,
-        description="Guidance (LUFFY, GHPO, ReLIFT) and tree rollouts (TreeRL) vs GRPO where the warm start mostly fails",
+        description="Guidance (LUFFY, GHPO, ReLIFT, SEELE) and tree rollouts (TreeRL) vs GRPO where the warm start "
+                    "mostly fails",
     ),
     # The longer horizon of guidance_hard's two extremes: LUFFY's policy learns the traces' longer answers yet its pass@k
     # falls over 40 steps, while GRPO's barely moves. Does either change with 2.5x the steps?
