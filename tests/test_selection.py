@@ -479,16 +479,24 @@ def _starts_like_the_solution(completion: str, answer: str) -> float:
     return float(len(completion) >= 2 and completion[0].isdigit() and completion[1] == "+")
 
 
-def test_ghpo_recipe_regenerates_all_fail_groups_with_hints(tmp_path, monkeypatch, warm_start):
-    from configs import ghpo
+def _hint_recipe_records(name, tmp_path, monkeypatch, warm_start, **selection):
+    """Two steps of configs/<name>.py on the tiny job, rewarded by `_starts_like_the_solution`."""
+    import importlib
+
     from tests.test_recipes import shrink
 
-    assert "--config=configs/ghpo.py" in ghpo.get_config.__doc__
+    recipe = importlib.import_module(f"configs.{name}")
+    assert f"--config=configs/{name}.py" in recipe.get_config.__doc__
     monkeypatch.setitem(rewards.REWARDS, "starts_like_the_solution", _starts_like_the_solution)
-    config = shrink(ghpo.get_config())
+    config = shrink(recipe.get_config())
     config.task.reward = "starts_like_the_solution"
     config.rl.steps = 2
-    records = _run(config, warm_start, str(tmp_path / "ghpo"))
+    config.selection.update(selection)
+    return _run(config, warm_start, str(tmp_path / name))
+
+
+def test_ghpo_recipe_regenerates_all_fail_groups_with_hints(tmp_path, monkeypatch, warm_start):
+    records = _hint_recipe_records("ghpo", tmp_path, monkeypatch, warm_start)
     assert sum(r["selection/hint_candidates"] for r in records.values()) > 0
     for r in records.values():  # the first level solves every all-fail group under this reward
         assert r["selection/hint_solved"] == r["selection/hint_candidates"], r
@@ -497,16 +505,7 @@ def test_ghpo_recipe_regenerates_all_fail_groups_with_hints(tmp_path, monkeypatc
 
 
 def test_seele_recipe_hints_the_problems_it_fails_toward_the_target_accuracy(tmp_path, monkeypatch, warm_start):
-    from configs import seele
-    from tests.test_recipes import shrink
-
-    assert "--config=configs/seele.py" in seele.get_config.__doc__
-    monkeypatch.setitem(rewards.REWARDS, "starts_like_the_solution", _starts_like_the_solution)
-    config = shrink(seele.get_config())
-    config.task.reward = "starts_like_the_solution"
-    config.rl.steps = 2
-    config.selection.hint_rounds = 2
-    records = _run(config, warm_start, str(tmp_path / "seele"))
+    records = _hint_recipe_records("seele", tmp_path, monkeypatch, warm_start, hint_rounds=2)
     for r in records.values():  # the warm start rarely opens like a solution; a hinted prompt always does
         assert r["selection/hinted_frac"] > 0 and r["selection/hinted_accuracy"] > r["selection/unhinted_accuracy"], r
         assert np.isfinite(r["loss/pg"])

@@ -575,17 +575,23 @@ def _relift_errors(config) -> list[str]:
     return errors
 
 
+def _model_source(section, name: str, role: str | None = None) -> tuple[str, str, list[str]]:
+    """(source, the field that names it, errors) of a model section `config.<name>` loaded from its `checkpoint`
+    (an rl4llm workdir) or its `hf_checkpoint`: the one set, and an error when both are."""
+    source = section.checkpoint or section.hf_checkpoint
+    field = f"config.{name}.{'checkpoint' if section.checkpoint else 'hf_checkpoint'}={source!r}"
+    errors = []
+    if section.checkpoint and section.hf_checkpoint:
+        errors.append(f"config.{name}.checkpoint={section.checkpoint!r} and hf_checkpoint={section.hf_checkpoint!r}: "
+                      f"the {role or name} comes from one of them; unset the other")
+    return source, field, errors
+
+
 def _teacher_errors(config) -> list[str]:
     """A teacher (config.teacher) samples the traces of rl.off_policy_traces, from one source."""
-    t = config.teacher
-    source = t.checkpoint or t.hf_checkpoint
+    source, field, errors = _model_source(config.teacher, "teacher")
     if not source:
         return []
-    field = f"config.teacher.{'checkpoint' if t.checkpoint else 'hf_checkpoint'}={source!r}"
-    errors = []
-    if t.checkpoint and t.hf_checkpoint:
-        errors.append(f"config.teacher.checkpoint={t.checkpoint!r} and hf_checkpoint={t.hf_checkpoint!r}: the "
-                      "teacher comes from one of them; unset the other")
     if not config.rl.off_policy_traces:
         errors.append(f"{field}: the teacher samples the off-policy traces; set config.rl.off_policy_traces >= 1 "
                       "(and an off-policy loss, e.g. rl.loss='luffy')")
@@ -743,14 +749,9 @@ def _generative_verifier_errors(config) -> list[str]:
     """A generative verifier (config.generative_verifier) scores single-turn rollouts into the combined reward, from
     one source, with a readable template."""
     v = config.generative_verifier
-    source = v.checkpoint or v.hf_checkpoint
+    source, field, errors = _model_source(v, "generative_verifier", role="verifier")
     if not source:
         return []
-    field = f"config.generative_verifier.{'checkpoint' if v.checkpoint else 'hf_checkpoint'}={source!r}"
-    errors = []
-    if v.checkpoint and v.hf_checkpoint:
-        errors.append(f"config.generative_verifier.checkpoint={v.checkpoint!r} and hf_checkpoint="
-                      f"{v.hf_checkpoint!r}: the verifier comes from one of them; unset the other")
     try:
         templates.template_pieces(v.template)
     except ValueError as e:
