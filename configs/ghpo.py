@@ -21,7 +21,9 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/ghpo.py --workdir=/tmp/rl4llm/ghpo
-    Result: notebooks/05_guidance.ipynb (the guidance_hard study of experiments/reproduce.py).
+    Result (notebooks/05_guidance.ipynb, 6-7-operand chains, 3 seeds): held-out pass@16 0.207 -> 0.211 ± 0.007 after
+    40 steps at 3.9x GRPO's rollouts (GRPO 0.228 ± 0.006): the hints solve 2.7 all-fail groups a step but do not
+    transfer to the unhinted prompt in 40 steps.
     """
     c = default.get_config()
     c.rl.advantage = "grpo"

@@ -25,7 +25,9 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/luffy.py --workdir=/tmp/rl4llm/luffy
-    Result: not yet recorded.
+    Result (notebooks/05_guidance.ipynb, 6-7-operand chains from the 4-operand warm start, 3 seeds): held-out pass@16
+    0.207 -> 0.061 ± 0.028 after 40 steps (GRPO 0.228 ± 0.006), 0.046 ± 0.030 after 100: the policy imitates the
+    traces' length but not their arithmetic and loses its own answer format; the paper's gain did not reproduce here.
     """
     c = default.get_config()
     c.rl.advantage = "dr_grpo"

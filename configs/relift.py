@@ -18,6 +18,8 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/relift.py --workdir=/tmp/rl4llm/relift
+    Result (notebooks/05_guidance.ipynb, 6-7-operand chains, 3 seeds): held-out pass@16 0.207 -> 0.174 ± 0.013 after
+    40 steps (GRPO 0.228 ± 0.006): the SFT steps lengthen the answers without making them right.
     """
     c = default.get_config()
     c.relift.batch_size = 16

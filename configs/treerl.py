@@ -20,7 +20,8 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/treerl.py --workdir=/tmp/rl4llm/treerl
-    Result: not yet recorded.
+    Result (notebooks/05_guidance.ipynb, 6-7-operand chains, 3 seeds): held-out pass@16 0.207 -> 0.212 ± 0.025 after
+    40 steps at 94% of GRPO's rollouts (GRPO 0.228 ± 0.006): level with GRPO; no lift where GRPO stalls.
     """
     c = default.get_config()
     c.tree.enabled = True
