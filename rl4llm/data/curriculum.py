@@ -50,7 +50,7 @@ def irt_accuracy(h, b, k: float, c: float):
 
 
 # The difficulties irt_difficulty searches: a grid wide enough that the clipped hint of irt_hint reaches 0 and 1
-# for any k >= 1 and target, fine enough (1e-3) that the fitted hint is exact to a character of a 1,000-character
+# for k >= 1 and targets in [0.12, 0.88] (|logit| <= 2), fine enough (1e-3) that the fitted hint is exact to a character of a 1,000-character
 # solution.
 _DIFFICULTY_GRID = np.linspace(-2.0, 3.0, 5001)
 
