@@ -81,10 +81,11 @@ def test_learner_batch_masks_the_trace_tokens():
     mask = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
     data = inputs_lib.StepData(config, None, None, None, 0, None, np.zeros(2), np.zeros((2, 1)), mask,
                                np.zeros((2, 5), np.int32), np.ones((2, 5), np.int32), np.zeros(2, np.int32),
-                               behaviour=None, off_policy=np.array([False, True]))
+                               behaviour=None, off_policy=np.array([[True, False, False], [True, True, True]]))
     rollout = types.SimpleNamespace(logprobs=np.zeros((2, 3), np.float32))
     batch = single_turn.learner_batch(config, data, rollout, np.zeros(2), np.zeros((2, 3)))
-    np.testing.assert_array_equal(batch.off_policy_mask, [[0, 0, 0], [1, 0, 0]])
+    # row 0: a hint's first token (Guide), then sampled ones; row 1: a trace; padding never counts
+    np.testing.assert_array_equal(batch.off_policy_mask, [[1, 0, 0], [1, 0, 0]])
     c.rl.loss, c.rl.off_policy_traces = "ppo_clip", 0
     batch = single_turn.learner_batch(config_lib.parse(c), data, rollout, np.zeros(2), np.zeros((2, 3)))
     assert batch.off_policy_mask is None

@@ -50,7 +50,7 @@ def test_hardest_questions_of_hand_built_rows():
                 finished=np.ones(n, bool), scores=np.zeros(n, np.float32),
                 main=np.asarray([0, 0, 1, 0, 0, 0], np.float32),  # group 1 has a success
                 components=np.zeros((n, 1), np.float32), hint_chars=np.zeros(n, np.int32), fresh=np.ones(n, bool),
-                off_policy=np.zeros(n, bool), solutions=np.asarray(["12", "12", "3", "3", "45", "45"], object))
+                off_policy=np.zeros(n, bool), hint_tokens=np.zeros(n, np.int32), solutions=np.asarray(["12", "12", "3", "3", "45", "45"], object))
     (tokens, attention, mask), metrics = rollouts.hardest_questions(config, setup, rows, np.repeat([0, 1, 2], 2))
     assert metrics == {"relift/solve_none": 2 / 3, "relift/too_long": 0.0}
     np.testing.assert_array_equal(tokens, [[0, 5, 6, 1, 2, 9, 0], [0, 0, 4, 4, 5, 9, 0]])

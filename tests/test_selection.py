@@ -1,5 +1,6 @@
 """Prompt selection, rollout replay, budget allocation, hints and curriculum on hand-made tables."""
 
+import dataclasses
 import itertools
 import math
 import os
@@ -275,7 +276,7 @@ def _hand_rows(main, tag):
                 completion_tokens=np.full((n, 2), tag, np.int32), completion_mask=np.ones((n, 2), bool),
                 logprobs=np.zeros((n, 2), np.float32), finished=np.ones(n, bool), scores=main, main=main,
                 components=main[:, None], hint_chars=np.zeros(n, np.int32), fresh=np.ones(n, bool),
-                off_policy=np.zeros(n, bool))
+                off_policy=np.zeros(n, bool), hint_tokens=np.zeros(n, np.int32))
 
 
 def test_ghpo_hints_replace_only_all_fail_groups_at_the_first_level_that_solves():
@@ -286,7 +287,7 @@ def test_ghpo_hints_replace_only_all_fail_groups_at_the_first_level_that_solves(
     c.rl.num_prompts, c.rl.num_generations = 3, 2
     c.selection.hints = True
     config = config_lib.parse(c)
-    selector = prompt_selection.Selector(config, None, data_offset=0, pad_id=0, encode=None)
+    selector = prompt_selection.Selector(config, None, data_offset=0, pad_id=0, encode=None, tokenize=None)
     examples = [arithmetic.render_problem([37, 48, 19], ["+", "-"]),  # solved unhinted: never touched
                 arithmetic.render_problem([12, 30, 7], ["-", "+"]),  # solved once half of the solution is given
                 arithmetic.render_problem([5, 6, 2], ["+", "+"])]  # never solved
@@ -321,7 +322,7 @@ def test_ghpo_hints_replace_only_all_fail_groups_at_the_first_level_that_solves(
     np.testing.assert_array_equal(rows.completion_tokens[:, 0], [1, 1, 3, 3, 1, 1])
     np.testing.assert_array_equal(rows.hint_chars, [0, 0] + [prefixes[2][0]] * 2 + [0, 0])
     assert metrics == {"selection/hint_candidates": 2.0, "selection/hint_solved": 1.0,
-                       "selection/hint_rollouts": 2.0 * (2 + 2 + 1)}
+                       "selection/hint_rollouts": 2.0 * (2 + 2 + 1), "selection/hint_overflow": 0.0}
 
 
 def test_irt_fit_recovers_the_difficulty_and_its_hint_reaches_the_target():
@@ -357,7 +358,7 @@ def test_seele_rounds_hint_each_problem_at_its_fitted_rate_and_group_every_round
     c.rl.num_prompts, c.rl.num_generations = 2, 4
     c.selection.update(hints=True, hint_schedule="irt", hint_rounds=2, irt_discrimination=10.0, irt_guess=0.0)
     config = config_lib.parse(c)
-    selector = prompt_selection.Selector(config, None, data_offset=0, pad_id=0, encode=None)
+    selector = prompt_selection.Selector(config, None, data_offset=0, pad_id=0, encode=None, tokenize=None)
     examples = [arithmetic.render_problem([37, 48, 19], ["+", "-"]),  # solved 1 of 2 times unhinted
                 arithmetic.render_problem([5, 6, 2], ["+", "+"])]  # never unhinted
     calls = []
@@ -382,7 +383,85 @@ def test_seele_rounds_hint_each_problem_at_its_fitted_rate_and_group_every_round
     np.testing.assert_array_equal(rows.hint_chars, [0, 0, 0, 0, 0, 0, second[1], second[1]])
     np.testing.assert_array_equal(rows.main, [0, 1, 1, 1, 0, 0, 1, 1])
     assert metrics == {"reward/extra": 1.5, "selection/hint_rate": 0.5, "selection/hinted_frac": 0.5,
-                       "selection/unhinted_accuracy": 0.25, "selection/hinted_accuracy": 1.0}
+                       "selection/unhinted_accuracy": 0.25, "selection/hinted_accuracy": 1.0,
+                       "selection/hint_overflow": 0.0}
+
+
+def _char_encode(prompts):
+    """Left-padded character codes of `prompts` (pad 0) and their mask: a tokenizer one can check by hand."""
+    width = max(len(p) for p in prompts)
+    tokens = np.array([[0] * (width - len(p)) + [ord(ch) for ch in p] for p in prompts], np.int32)
+    return tokens, tokens != 0
+
+
+def test_guide_trains_a_hinted_rollout_as_the_unhinted_prompts_response():
+    """Guide (`hints.hint_in_completion`): a row sampled after prompt + hint becomes prompt -> hint + its sampled
+    tokens; the hint's tokens are off-policy with behaviour log-prob 0, the sampled ones keep theirs; a row whose
+    hint + sampled tokens exceed the budget keeps no trained token."""
+    from rl4llm.train import hints
+    from rl4llm.train import rows as rows_lib
+
+    t = 6
+    sampled = np.array([[11, 12, 0, 0, 0, 0], [21, 22, 23, 0, 0, 0], [31, 0, 0, 0, 0, 0], [41, 42, 43, 44, 0, 0]])
+    lengths = np.array([2, 3, 1, 4])
+    logprobs = -np.arange(1, 25, dtype=np.float32).reshape(4, t) / 10
+    rows = dataclasses.replace(_hand_rows([1.0, 0.0, 1.0, 1.0], 9), completion_tokens=sampled.astype(np.int32),
+                               completion_mask=np.arange(t) < lengths[:, None], logprobs=logprobs,
+                               hint_chars=np.array([2, 2, 3, 3], np.int32))
+    placed, overflow = hints.hint_in_completion(rows, ["1+2=", "7-3="], ["ab", "xyz"], encode=_char_encode,
+                                                tokenize=lambda text: [ord(ch) for ch in text], pad_id=0)
+    a, b, x, y, z = (ord(ch) for ch in "abxyz")
+    np.testing.assert_array_equal(placed.completion_tokens, [[a, b, 11, 12, 0, 0], [a, b, 21, 22, 23, 0],
+                                                             [x, y, z, 31, 0, 0], [0] * 6])
+    np.testing.assert_array_equal(placed.completion_mask.sum(1), [4, 5, 4, 0])  # 3 + 4 > 6: no trained token
+    assert overflow == 1
+    np.testing.assert_array_equal(placed.hint_tokens, [2, 2, 3, 0])
+    np.testing.assert_array_equal(placed.logprobs[0], [0, 0, logprobs[0, 0], logprobs[0, 1], 0, 0])
+    np.testing.assert_array_equal(placed.logprobs[2], [0, 0, 0, logprobs[2, 0], 0, 0])
+    np.testing.assert_array_equal(placed.prompt_tokens, np.repeat(_char_encode(["1+2=", "7-3="])[0], 2, axis=0))
+    np.testing.assert_array_equal(rows_lib.off_policy_tokens(placed),
+                                  [[1, 1, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [0] * 6])
+    # rewards, hints and the rest are the rows' own
+    np.testing.assert_array_equal(placed.main, rows.main)
+    np.testing.assert_array_equal(placed.hint_chars, rows.hint_chars)
+    # an off-policy trace row is off-policy at every valid token
+    trace = dataclasses.replace(rows, off_policy=np.array([False, True, False, False]))
+    assert rows_lib.off_policy_tokens(trace)[1].tolist() == [1, 1, 1, 0, 0, 0]
+
+
+def test_ghpo_hinted_groups_replace_their_group_unhinted_under_guide():
+    """With selection.hint_placement='completion' a solved hinted group replaces the all-fail one as the unhinted
+    prompt's rows, the hint first in each completion; the group left unsolved keeps its unhinted rows."""
+    c = tiny_config()
+    c.rl.num_prompts, c.rl.num_generations = 2, 2
+    c.rl.loss = "luffy"
+    c.selection.update(hints=True, hint_fractions=(0.5,), hint_placement="completion")
+    config = config_lib.parse(c)
+    selector = prompt_selection.Selector(config, None, data_offset=0, pad_id=0, encode=_char_encode,
+                                         tokenize=lambda text: [ord(ch) for ch in text])
+    examples = [arithmetic.render_problem([12, 30, 7], ["-", "+"]), arithmetic.render_problem([5, 6, 2], ["+", "+"])]
+
+    def generate(prompts, answers, counts, key, prefixes, traces=None, solutions=None):
+        del answers, key, traces, solutions
+        main = [float(bool(p) and i == 0) for i, p in enumerate(prefixes) for _ in range(int(counts[i]))]
+        n = len(main)  # two sampled tokens (5) in a budget of 16
+        rows = dataclasses.replace(_hand_rows(main, 5), completion_tokens=np.pad(np.full((n, 2), 5, np.int32),
+                                                                                  ((0, 0), (0, 14))),
+                                   completion_mask=np.arange(16)[None, :].repeat(n, 0) < 2,
+                                   logprobs=np.zeros((n, 16), np.float32))
+        rows.prompt_tokens, rows.prompt_mask = (np.repeat(x, 2, axis=0) for x in _char_encode(prompts))
+        return rows, {}
+
+    rows, metrics = selector.generate_groups(examples, jax.random.key(0), generate)
+    hint = examples[0].solution[:curriculum.hint_chars(examples[0].solution, examples[0].answer, 0.5)]
+    assert metrics["selection/hint_solved"] == 1.0 and metrics["selection/hint_overflow"] == 0.0
+    prompts = ["".join(chr(v) for v in row if v) for row in rows.prompt_tokens]
+    assert prompts == [examples[0].prompt] * 2 + [examples[1].prompt] * 2  # no hint in any trained prompt
+    for r in (0, 1):
+        k = len(hint)
+        assert rows.hint_tokens[r] == k and "".join(chr(v) for v in rows.completion_tokens[r, :k]) == hint
+        np.testing.assert_array_equal(rows.completion_tokens[r, k:k + 2], [5, 5])  # then the sampled tokens
+    np.testing.assert_array_equal(rows.hint_tokens[2:], [0, 0])
 
 
 def test_arithmetic_curriculum_schedule():
@@ -423,6 +502,10 @@ def test_arithmetic_curriculum_schedule():
         ({"selection.hints": True, "selection.hint_schedule": "irt", "selection.method": "dots"},
          "config.selection.hint_schedule='irt': needs config.selection.method='uniform'"),
         ({"selection.hint_schedule": "adaptive"}, "config.selection.hint_schedule='adaptive': unknown"),
+        ({"selection.hint_placement": "completion", "rl.loss": "luffy"},
+         "config.selection.hint_placement='completion': places hints, and config.selection.hints=False gives none"),
+        ({"selection.hints": True, "selection.hint_placement": "completion"},
+         "config.selection.hint_placement='completion': config.rl.loss='ppo_clip' does not take off_policy_mask"),
     ],
 )
 def test_selection_config_errors_name_the_field(updates, message):
@@ -469,7 +552,7 @@ def _run(config, warm_start, workdir, **kwargs):
     return {r["step"]: r for r in metrics_lib.read_metrics(workdir, "rl")}
 
 
-HINT_RECIPES = ("ghpo", "seele")  # run here: their hints need groups that fail and a hint that helps
+HINT_RECIPES = ("ghpo", "seele", "guide")  # run here: their hints need groups that fail and a hint that helps
 
 
 def _starts_like_the_solution(completion: str, answer: str) -> float:
@@ -508,6 +591,16 @@ def test_seele_recipe_hints_the_problems_it_fails_toward_the_target_accuracy(tmp
     records = _hint_recipe_records("seele", tmp_path, monkeypatch, warm_start, hint_rounds=2)
     for r in records.values():  # the warm start rarely opens like a solution; a hinted prompt always does
         assert r["selection/hinted_frac"] > 0 and r["selection/hinted_accuracy"] > r["selection/unhinted_accuracy"], r
+        assert np.isfinite(r["loss/pg"])
+
+
+def test_guide_recipe_trains_the_hint_tokens_off_policy(tmp_path, monkeypatch, warm_start):
+    records = _hint_recipe_records("guide", tmp_path, monkeypatch, warm_start)
+    assert sum(r["selection/hint_candidates"] for r in records.values()) > 0
+    for r in records.values():  # the 25 % hint solves every all-fail group; its tokens reach the loss off-policy
+        assert r["selection/hint_solved"] == r["selection/hint_candidates"], r
+        assert (r["off_policy_frac"] > 0) == (r["selection/hint_solved"] > 0), r
+        assert 0 < r["off_is_weight_mean"] <= 1 or r["selection/hint_solved"] == 0, r
         assert np.isfinite(r["loss/pg"])
 
 

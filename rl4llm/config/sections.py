@@ -419,6 +419,10 @@ class Selection:
     hints: bool = param(False, "GHPO: regenerate all-fail groups with growing reference-solution prefixes", Boolean())
     hint_schedule: str = param("staged", "staged: GHPO's hint_fractions for all-fail groups; irt: SEELE's per-problem "
                                "hint rate fitted each round for accuracy selection.target", OneOf(("staged", "irt")))
+    hint_placement: str = param("prompt", "prompt: the hint stays in the trained prompt, only the policy's continuation "
+                                "is trained (GHPO, SEELE); completion: a hinted rollout is trained as the unhinted "
+                                "prompt's response, the hint's tokens off-policy (Guide; a loss taking "
+                                "off_policy_mask)", OneOf(("prompt", "completion")))
     hint_fractions: tuple = param((0.25, 0.5, 0.75), "GHPO: the prefix fractions, in order",
                                   Satisfies(_increasing_fractions, "must be increasing fractions in (0, 1]"))
     hint_rounds: int = param(4, "SEELE: rounds of G / hint_rounds rollouts per problem, the first without a hint",

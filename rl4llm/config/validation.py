@@ -327,6 +327,26 @@ def _irt_hint_errors(config) -> list[str]:
     return errors
 
 
+def _hint_placement_errors(config) -> list[str]:
+    """Guide's hints trained in the completion (selection.hint_placement='completion', `train.hints`)."""
+    sel, rl = config.selection, config.rl
+    field = "config.selection.hint_placement='completion'"
+    errors = []
+    if not sel.hints:
+        errors.append(f"{field}: places hints, and config.selection.hints=False gives none; set hints=True")
+    if rl.loss in registry.POLICY_LOSSES and "off_policy_mask" not in registry.policy_loss_inputs(rl.loss):
+        takers = sorted(n for n in registry.POLICY_LOSSES if "off_policy_mask" in registry.policy_loss_inputs(n))
+        errors.append(f"{field}: config.rl.loss={rl.loss!r} does not take off_policy_mask and would train the hint's "
+                      f"tokens as sampled; use {' | '.join(takers)}")
+    if sel.replay_capacity:
+        errors.append(f"{field}: config.selection.replay_capacity={sel.replay_capacity} replays groups with their "
+                      "hint in the prompt; set it to 0")
+    if rl.tis_cap > 0:
+        errors.append(f"{field}: config.rl.tis_cap={rl.tis_cap} divides by sampler log-probs, which the hint's "
+                      "tokens do not have")
+    return errors
+
+
 def _selection_errors(config) -> list[str]:
     """Prompt selection, replay, rollout allocation, hints and curriculum (config.selection.*) against the run."""
     errors = []
@@ -352,6 +372,8 @@ def _selection_errors(config) -> list[str]:
             errors.append("config.selection.hints=True: not supported with method 'knapsack' (unequal groups)")
     if sel.hints and sel.hint_schedule == "irt":
         errors += _irt_hint_errors(config)
+    if sel.hint_placement == "completion":
+        errors += _hint_placement_errors(config)
     if method != "uniform" and "baseline_scores" in registry.advantage_inputs(rl.advantage):
         errors.append(
             f"config.selection.method={method!r}: rl.advantage={rl.advantage!r} rolls out a greedy baseline of the "

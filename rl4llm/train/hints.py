@@ -6,11 +6,22 @@
 * ``irt`` (SEELE, Li et al. 2025): every problem's G rollouts are drawn in `selection.hint_rounds` rounds, each after
   the first at the problem's hint rate fitted for accuracy `selection.target` (`irt_groups`).
 
-The hint is part of the prompt, so the loss trains only the policy's own continuation; `Rows.hint_chars` records
-each row's hint. Both take the trainer's `generate` (`prompt_selection.GenerateFn`).
+and trained with the hint in one of two places (`selection.hint_placement`, `placement`):
+
+* ``prompt`` (GHPO, SEELE): the hint stays in the trained prompt, so the loss trains only the policy's own
+  continuation, on-policy for the hinted prompt;
+* ``completion`` (Guide, Nath et al. 2025): the hinted rollout is trained as a response to the unhinted prompt,
+  the hint's tokens first and off-policy (`hint_in_completion`).
+
+`Rows.hint_chars` records each row's hint. Both schedules take the trainer's `generate`
+(`prompt_selection.GenerateFn`) and a `PlaceFn`.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable
 
 import jax
 import numpy as np
@@ -22,13 +33,69 @@ from rl4llm.train.rows import Rows, concat, take
 # Stream of fold_in(step_key, ·) for hint levels (staged) and hint rounds after the first (irt).
 HINT_STREAM = 3000
 
+# place(rows, prompts [b], hints [b]) -> (rows, overflow): the rows of a hinted generation (rows // b of each prompt,
+# sampled after prompts[i] + hints[i]) as they are trained, and how many lost their trained tokens.
+PlaceFn = Callable[[Rows, list, list], tuple[Rows, int]]
 
-def staged_groups(sel, g: int, pad_id: int, examples, rows: Rows, key, generate) -> tuple[Rows, dict]:
+
+def placement(sel, encode, tokenize, pad_id: int) -> PlaceFn:
+    """The run's `PlaceFn` under `sel.hint_placement`: the rows as sampled (``prompt``) or `hint_in_completion`
+    with the trainer's prompt encoding `encode` and text tokenizer `tokenize` (``completion``)."""
+    if sel.hint_placement == "prompt":
+        return lambda rows, prompts, hint_texts: (rows, 0)
+    return functools.partial(hint_in_completion, encode=encode, tokenize=tokenize, pad_id=pad_id)
+
+
+def hint_in_completion(rows: Rows, prompts: list, hint_texts: list, *, encode, tokenize, pad_id: int
+                       ) -> tuple[Rows, int]:
+    """Guide's off-policy hinted rollouts (Nath et al. 2025, "Adaptive Guidance Accelerates Reinforcement Learning
+    of Reasoning Models"): `rows` holds n / b rows of each `prompts[i]`, sampled after prompts[i] + hint_texts[i];
+    each becomes a response to the unhinted prompt,
+
+        prompts[i] -> tokenize(hint_texts[i]) + the row's sampled tokens,
+
+    with `Rows.hint_tokens` = the hint's token count. The sampled tokens keep their behaviour log-probs, so their
+    ratio is Guide's π_θ(o_t | x, h, o_<t) / π_old(o_t | x ⊕ h, o_<t): the same token context as sampled (up to how
+    the tokenizer splits the prompt-hint boundary). The hint's tokens get behaviour log-prob 0 (π_b := 1, LUFFY's
+    convention for tokens the policy did not sample) and are off-policy in the loss (`rows.off_policy_tokens`).
+    Departure from Guide, whose hints are natural-language guidance kept out of the response: ours are prefixes
+    of the reference solution (GHPO's), and a prefix is part of the solution, so it is trained, as off-policy
+    tokens, for the prompt without it; Guide's loss is PPO's clip on every token, ours the run's off-policy loss.
+    A row whose hint + sampled tokens exceed the completion budget T keeps no trained token (an empty mask; its
+    reward still counts in its group). -> (rows, such rows)."""
+    n, t = rows.completion_tokens.shape
+    per = n // len(prompts)
+    prompt_tokens, prompt_mask = encode(list(prompts))
+    tokens = np.full((n, t), pad_id, np.int32)
+    mask = np.zeros((n, t), bool)
+    logprobs = np.zeros((n, t), np.float32)
+    hint_tokens = np.zeros(n, np.int32)
+    hint_ids = [tokenize(h) for h in hint_texts]
+    overflow = 0
+    for r in range(n):
+        hint, length = hint_ids[r // per], int(rows.completion_mask[r].sum())
+        if len(hint) + length > t:
+            overflow += 1
+            continue
+        k = len(hint)
+        tokens[r, :k], tokens[r, k:k + length] = hint, rows.completion_tokens[r, :length]
+        mask[r, :k + length] = True
+        logprobs[r, k:k + length] = rows.logprobs[r, :length]
+        hint_tokens[r] = k
+    return dataclasses.replace(
+        rows, prompt_tokens=np.repeat(prompt_tokens, per, axis=0), prompt_mask=np.repeat(prompt_mask, per, axis=0),
+        completion_tokens=tokens, completion_mask=mask, logprobs=logprobs, hint_tokens=hint_tokens), overflow
+
+
+def staged_groups(sel, g: int, pad_id: int, examples, rows: Rows, key, generate, place: PlaceFn
+                  ) -> tuple[Rows, dict]:
     """GHPO: `rows` (G per example) with each all-fail group regenerated at the prefix fractions
-    `sel.hint_fractions` in turn and replaced by the first hinted generation with a correct rollout.
-    Metrics: selection/hint_candidates, hint_solved, hint_rollouts (the extra rollouts)."""
+    `sel.hint_fractions` in turn and replaced by the first hinted generation with a correct rollout, placed by
+    `place`. Metrics: selection/hint_candidates, hint_solved, hint_rollouts (the extra rollouts), hint_overflow
+    (hinted rows `place` left without trained tokens)."""
     failing = np.flatnonzero(rows.main.reshape(-1, g).max(axis=1) <= 0)
-    metrics = {"selection/hint_candidates": float(failing.size), "selection/hint_solved": 0.0}
+    metrics = {"selection/hint_candidates": float(failing.size), "selection/hint_solved": 0.0,
+               "selection/hint_overflow": 0.0}
     for level, fraction in enumerate(sel.hint_fractions):
         if failing.size == 0:
             break
@@ -41,6 +108,8 @@ def staged_groups(sel, g: int, pad_id: int, examples, rows: Rows, key, generate)
                              jax.random.fold_in(key, HINT_STREAM + level), prefixes,
                              solutions=[examples[i].solution for i in padded])
         hinted.hint_chars = np.repeat(np.asarray(chars, np.int32), g)
+        hinted, overflow = place(hinted, [examples[i].prompt for i in padded], prefixes)
+        metrics["selection/hint_overflow"] += float(overflow)
         metrics["selection/hint_rollouts"] = metrics.get("selection/hint_rollouts", 0.0) + float(slots * g)
         solved = hinted.main.reshape(-1, g)[: failing.size].max(axis=1) > 0
         if solved.any():
@@ -50,17 +119,18 @@ def staged_groups(sel, g: int, pad_id: int, examples, rows: Rows, key, generate)
     return rows, metrics
 
 
-def irt_groups(sel, g: int, pad_id: int, examples, key, generate) -> tuple[Rows, dict]:
+def irt_groups(sel, g: int, pad_id: int, examples, key, generate, place: PlaceFn) -> tuple[Rows, dict]:
     """SEELE: each example's G rollouts in `sel.hint_rounds` rounds of G / rounds, the first without a hint, each
     later one at the example's own hint rate h* = `curriculum.irt_hint(curriculum.irt_difficulty(earlier rounds))`
     (accuracy `sel.target` on the fitted curve). The group holds every round's rollouts, each with its hint in its
-    prompt. Metrics: the rounds' mean reward metrics, selection/hint_rate (mean h* of rounds 2..R),
+    prompt (placed by `place`). Metrics: the rounds' mean reward metrics, selection/hint_overflow (as
+    `staged_groups`), selection/hint_rate (mean h* of rounds 2..R),
     selection/hinted_frac (given a non-empty hint), selection/unhinted_accuracy (round 1), selection/hinted_accuracy
     (rounds 2..R: what the fit aims at the target)."""
     n, rounds = len(examples), sel.hint_rounds
     per = g // rounds
     k, c = sel.irt_discrimination, sel.irt_guess
-    rates, given, successes, parts, round_metrics = [], [], [], [], []
+    rates, given, successes, parts, round_metrics, overflow = [], [], [], [], [], 0
     for r in range(rounds):
         if r == 0:
             rate = np.zeros(n)
@@ -74,6 +144,9 @@ def irt_groups(sel, g: int, pad_id: int, examples, key, generate) -> tuple[Rows,
             key if r == 0 else jax.random.fold_in(key, HINT_STREAM + r),
             [e.solution[:ch] for e, ch in zip(examples, chars)], solutions=[e.solution for e in examples])
         rows.hint_chars = np.repeat(np.asarray(chars, np.int32), per)
+        rows, round_overflow = place(rows, [e.prompt for e in examples],
+                                     [e.solution[:ch] for e, ch in zip(examples, chars)])
+        overflow += round_overflow
         rates.append(rate)
         given.append(np.asarray(chars) > 0)
         successes.append((rows.main.reshape(n, per) > 0).sum(axis=1))
@@ -89,5 +162,6 @@ def irt_groups(sel, g: int, pad_id: int, examples, key, generate) -> tuple[Rows,
         "selection/hinted_frac": float(np.mean(given[1:])),
         "selection/unhinted_accuracy": float(accuracy[:, 0].mean()),
         "selection/hinted_accuracy": float(accuracy[:, 1:].mean()),
+        "selection/hint_overflow": float(overflow),
     })
     return rows, metrics

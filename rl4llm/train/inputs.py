@@ -48,7 +48,7 @@ class StepData:
     attention_mask: jax.Array  # [N, P+T]
     group_ids: jax.Array  # [N]
     behaviour: Any  # the rollout policy's (logp, entropy[, proxy_logp]) [N, T] (`programs.behaviour_fn`), or None
-    off_policy: np.ndarray  # [N] bool: rows that are off-policy traces (config.rl.off_policy_traces), not sampled
+    off_policy: np.ndarray  # [N, T] bool: tokens the policy did not sample (`rows.off_policy_tokens`)
     tree_nodes: np.ndarray | None = None  # [N, T+1] node ids of tree rollouts (config.tree), else None
 
 

@@ -62,7 +62,8 @@ class Collected:
 class Selector:
     """The run's prompt selection (built once per run from the config and the task)."""
 
-    def __init__(self, config, task, *, data_offset: int, pad_id: int, encode: EncodeFn):
+    def __init__(self, config, task, *, data_offset: int, pad_id: int, encode: EncodeFn,
+                 tokenize: Callable[[str], list]):
         self.sel = config.selection
         self.seed = config.seed
         self.num_prompts = config.rl.num_prompts
@@ -73,6 +74,7 @@ class Selector:
         self.data_offset = data_offset
         self.pad_id = pad_id
         self.encode = encode
+        self.place_hints = hints.placement(self.sel, encode, tokenize, pad_id)
         self.method = self.sel.method
         # The pool is drawn from the training stream's step data_offset - 1 (no SFT or RL step reads it).
         self.pool = (
@@ -132,7 +134,8 @@ class Selector:
         """G rollouts of each example (and their reward metrics), then hints for the all-fail groups when on. With
         `rl.off_policy_traces` = k, G − k rollouts and k copies of the example's reference solution (LUFFY)."""
         if self.sel.hints and self.sel.hint_schedule == "irt":
-            return hints.irt_groups(self.sel, self.num_generations, self.pad_id, examples, key, generate)
+            return hints.irt_groups(self.sel, self.num_generations, self.pad_id, examples, key, generate,
+                                    self.place_hints)
         k = self.off_policy_traces
         counts = np.full(len(examples), self.num_generations - k)
         traces = [[e.solution] * k for e in examples] if k else None
@@ -140,7 +143,7 @@ class Selector:
                                  [""] * len(examples), traces, solutions=[e.solution for e in examples])
         if self.sel.hints:  # hint_schedule 'staged'
             rows, hint_metrics = hints.staged_groups(self.sel, self.num_generations, self.pad_id, examples, rows, key,
-                                                     generate)
+                                                     generate, self.place_hints)
             metrics = {**metrics, **hint_metrics}
         return rows, metrics
 
@@ -262,6 +265,7 @@ class Selector:
             hint_chars=np.repeat(chars, g).astype(np.int32),
             fresh=np.zeros(n, bool),
             off_policy=np.zeros(n, bool),
+            hint_tokens=np.zeros(n, np.int32),
         )
 
     def _collect_knapsack(self, state, step: int, key, generate: GenerateFn) -> tuple[Collected, object]:

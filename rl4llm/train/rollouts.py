@@ -17,6 +17,7 @@ from rl4llm.sampling import tree as sampling_tree
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.train import batches
 from rl4llm.train import prompt_selection
+from rl4llm.train import rows as rows_lib
 from rl4llm.train import teacher as teacher_lib
 from rl4llm.train.setup import Setup
 from rl4llm.verifiers import generative as generative_lib
@@ -211,7 +212,8 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     )
     rows = prompt_selection.Rows(
         prompt_tokens=row_tokens, prompt_mask=row_mask, scores=scores, main=main, components=components,
-        hint_chars=np.zeros(len(scores), np.int32), fresh=np.ones(len(scores), bool), **completions,
+        hint_chars=np.zeros(len(scores), np.int32), hint_tokens=np.zeros(len(scores), np.int32),
+        fresh=np.ones(len(scores), bool), **completions,
         solutions=None if solutions is None else np.repeat(np.asarray(solutions, object), sizes),
     )
     return rows, {**reward_metrics, **sampler_metrics}
@@ -320,7 +322,8 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
     """The step's rollouts under `config.selection` (`prompt_selection.Selector.collect`: uniform prompts with G
     completions each by default), scored on the host; `entropy_stats`: HAPO's adaptive temperature's, else None.
 
-    Returns (rollout, scores [N], reward components [N, K], group ids [N], off-policy rows [N] bool, tree node ids
+    Returns (rollout, scores [N], reward components [N, K], group ids [N], off-policy tokens [N, T] bool
+    (`rows.off_policy_tokens`), tree node ids
     [N, T+1] (tree rollouts, config.tree; else None), host metrics, new selection state, ReLIFT's new buffer rows
     (`hardest_questions`; None when off)).
     """
@@ -339,5 +342,5 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
         num_decode_steps=jnp.asarray(config.sampling.max_new_tokens - 1, jnp.int32),  # an upper bound
     )
     relift_rows, relift_metrics = hardest_questions(config, setup, rows, collected.group_ids)
-    return (rollout, rows.scores, rows.components, collected.group_ids, rows.off_policy, rows.tree_nodes,
-            {**collected.metrics, **relift_metrics}, selection_state, relift_rows)
+    return (rollout, rows.scores, rows.components, collected.group_ids, rows_lib.off_policy_tokens(rows),
+            rows.tree_nodes, {**collected.metrics, **relift_metrics}, selection_state, relift_rows)

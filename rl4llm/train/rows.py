@@ -25,8 +25,16 @@ class Rows:
     hint_chars: np.ndarray  # [n] int32 reference-solution characters in the prompt
     fresh: np.ndarray  # [n] bool: generated this step (False: replayed)
     off_policy: np.ndarray  # [n] bool: an off-policy trace (the task's reference solution, rl.off_policy_traces)
+    hint_tokens: np.ndarray  # [n] int32: leading completion tokens that are the hint, not sampled (Guide), else 0
     tree_nodes: np.ndarray | None = None  # [n, T+1] int32: tree rollouts' node ids (config.tree; rl.tree), else None
     solutions: np.ndarray | None = None  # [n] object: the row's example's reference solution (ReLIFT), else None
+
+
+def off_policy_tokens(rows: Rows) -> np.ndarray:
+    """[n, T] bool: the completion tokens the policy did not sample: every token of an off-policy trace row and the
+    hint's leading tokens of a row trained with its hint in the completion (`hints.hint_in_completion`)."""
+    position = np.arange(rows.completion_tokens.shape[1])[None, :]
+    return (rows.completion_mask > 0) & (rows.off_policy[:, None] | (position < rows.hint_tokens[:, None]))
 
 
 def take(rows: Rows, idx: np.ndarray) -> Rows:

@@ -59,7 +59,8 @@ def evaluate(config, setup: Setup, params, key) -> dict:
 def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advantages):
     """The step's LearnerBatch [N, ...]: PPO's old log-probs (the behaviour pass with several updates per step, else
     the sampler's), the token selection (80/20's forking tokens, D³S's |A|·H tokens at step `data.step`), Lp-Reg's
-    proxy log-probs, GBPO's targets, the off-policy traces' token mask (losses taking off_policy_mask) and the
+    proxy log-probs, GBPO's targets, the token mask of what the policy did not sample (off-policy traces, Guide's
+    hints; losses taking off_policy_mask) and the
     rewards and groups a pairwise objective pairs by when configured."""
     rl = config.rl
     pairwise = config_lib.uses_pairwise_objective(config)
@@ -79,7 +80,7 @@ def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advant
             else None
         ),
         off_policy_mask=(
-            data.mask * jnp.asarray(data.off_policy, jnp.float32)[:, None] if "off_policy_mask" in loss_inputs else None
+            data.mask * jnp.asarray(data.off_policy, jnp.float32) if "off_policy_mask" in loss_inputs else None
         ),
         scores=jnp.asarray(data.scores, jnp.float32) if pairwise else None,
         group_ids=jnp.asarray(data.group_ids, jnp.int32) if pairwise else None,
