@@ -100,6 +100,7 @@ _GUIDANCE_KEYS = (
     "off_policy/trace_reward", "relift/solve_none", "relift/buffer", "relift/sft_updates", "relift/sft_loss",
     "tree/branches", "tree/distinct_branches", "tree/shared_token_frac",
     "selection/hint_rate", "selection/hinted_frac", "selection/unhinted_accuracy", "selection/hinted_accuracy",
+    "selection/hint_overflow",
 )
 # The guidance study's task: 6- and 7-operand chains (the warm start learnt 4 and writes 3 steps whatever the length:
 # held-out greedy 0.035, pass@1 0.035, pass@16 0.207 on 256 prompts), a 64-token response budget (the longest
@@ -173,12 +174,13 @@ STUDIES = {
             "relift": _recipe("relift", **_GUIDANCE_TASK),
             "treerl": _recipe("treerl", **_GUIDANCE_TASK),
             "seele": _recipe("seele", **_GUIDANCE_TASK),
+            "guide": _recipe("guide", **_GUIDANCE_TASK),
         },
         seeds=(0, 1, 2),
         rl_steps=40,
         eval_every=10,
         keys=_COMMON_KEYS + _GUIDANCE_KEYS,
-        description="Guidance (LUFFY, GHPO, ReLIFT, SEELE) and tree rollouts (TreeRL) vs GRPO where the warm start "
+        description="Guidance (LUFFY, GHPO, ReLIFT, SEELE, Guide) and tree rollouts (TreeRL) vs GRPO where the warm start "
                     "mostly fails",
     ),
     # The longer horizon of guidance_hard's two extremes: LUFFY's policy learns the traces' longer answers yet its pass@k
@@ -276,16 +278,17 @@ def collect(study_name: str, root: str, path: str) -> int:
 def write_samples(study_name: str, root: str, path: str, num_prompts: int) -> int:
     """Writes what the policies write: one completion (the run's rollout sampling, key 0) for each of the first
     `num_prompts` held-out prompts, from the warm start (arm "warm_start", step 0: the first arm's seed-0 SFT
-    checkpoint, under the study's task) and from every finished run's last RL checkpoint. Records: arm, seed, step,
-    prompt, completion, answer, reward, length, finished. Returns the number of records."""
+    checkpoint of the first finished run, under the study's task) and from every finished run's last RL checkpoint.
+    Records: arm, seed, step, prompt, completion, answer, reward, length, finished. An existing file's records of
+    runs not under `root` are kept (as `collect` keeps their metrics; a changed warm start shows in its "warm_start"
+    records, which are replaced). Returns the number of records."""
     from rl4llm.analysis import results
     from rl4llm.train import runs
 
     study = STUDIES[study_name]
-    first_arm = next(iter(study.arms))
-    sources = [("warm_start", 0, run_dir(root, study_name, first_arm, 0), "sft")]
-    sources += [(arm, seed, run_dir(root, study_name, arm, seed), "rl") for arm in study.arms for seed in study.seeds
+    finished = [(arm, seed, run_dir(root, study_name, arm, seed), "rl") for arm in study.arms for seed in study.seeds
                 if os.path.exists(os.path.join(run_dir(root, study_name, arm, seed), "summary.json"))]
+    sources = [("warm_start", 0, finished[0][2], "sft")] + finished if finished else []
     records = []
     for arm, seed, workdir, stage in sources:
         policy = runs.restore_policy(workdir, stage, num_examples=num_prompts)
@@ -294,25 +297,30 @@ def write_samples(study_name: str, root: str, path: str, num_prompts: int) -> in
                         for c in runs.sample_completions(policy, num_prompts)]
         finally:
             policy.setup.rewards.close()
+    if os.path.exists(path):
+        sampled = {(arm, seed) for arm, seed, _, _ in sources}
+        records += [r for r in results.read_results(path) if (r["arm"], r["seed"]) not in sampled]
     return results.write_results(path, records)
 
 
 def start_eval(study_name: str, root: str) -> dict:
     """Step 0 of every arm: the shared warm start evaluated on the study's held-out set. When the study trains on the
     warm start's task, the warm start's own logged evaluation; otherwise (e.g. dapo_hard's longer chains) its SFT
-    checkpoint evaluated under the study's config, in the first arm's seed-0 run with the run's pass_k and evaluation key
-    (`runs.evaluate_checkpoint`, which reproduces what a run logs), kept in that run's `eval_sft_<step>.json`."""
+    checkpoint evaluated under the study's config, in the first run under `root` (the study's arm and seed order; every
+    run starts from a copy of the warm start) with the run's pass_k and evaluation key (`runs.evaluate_checkpoint`,
+    which reproduces what a run logs), kept in that run's `eval_sft_<step>.json`."""
     from configs import default
     from rl4llm.train import metrics as metrics_lib
     from rl4llm.train import runs
 
     study = STUDIES[study_name]
-    first_arm = next(iter(study.arms))
-    config = run_config(study, first_arm, 0)
+    arm, seed = next(((a, s) for a in study.arms for s in study.seeds
+                      if os.path.exists(run_dir(root, study_name, a, s))), (next(iter(study.arms)), study.seeds[0]))
+    config = run_config(study, arm, seed)
     if config.task.to_dict() == default.get_config().task.to_dict():
         logged = {k: v for r in metrics_lib.read_metrics(warm_start_dir(root), "sft") for k, v in r.items()}
     else:
-        workdir = run_dir(root, study_name, first_arm, 0)
+        workdir = run_dir(root, study_name, arm, seed)
         found = [f for f in os.listdir(workdir) if f.startswith("eval_sft_")]
         if found:
             with open(os.path.join(workdir, found[0]), encoding="utf-8") as f:

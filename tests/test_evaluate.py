@@ -142,8 +142,14 @@ def test_reproduce_samples_are_the_checkpoints_completions_scored(tiny_run, tmp_
     root = str(tmp_path)
     shutil.copytree(tiny_run, reproduce.run_dir(root, "guidance_hard", "grpo", 0))
     path = str(tmp_path / "samples.jsonl")
-    assert reproduce.write_samples("guidance_hard", root, path, 3) == 6
-    records = results.read_results(path)
+    earlier = {"prompt": "1+1=", "completion": "2", "answer": "2", "reward": 1.0, "length": 2, "finished": True}
+    results.write_results(path, [{"arm": "luffy", "seed": 1, "step": 40, **earlier},  # a run not under root: kept
+                                 {"arm": "warm_start", "seed": 0, "step": 0, **earlier}])  # re-sampled: replaced
+    assert reproduce.write_samples("guidance_hard", root, path, 3) == 7
+    records = [r for r in results.read_results(path) if r["arm"] != "luffy" or r == {"arm": "luffy", "seed": 1,
+                                                                                      "step": 40, **earlier}]
+    assert len(records) == 7
+    records = [r for r in records if r["arm"] != "luffy"]
     assert [(r["arm"], r["seed"], r["step"]) for r in records] == [("grpo", 0, 2)] * 3 + [("warm_start", 0, 0)] * 3
     sft = runs.restore_policy(tiny_run, "sft", num_examples=3)
     expected = runs.sample_completions(sft, 3)
