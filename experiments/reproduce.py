@@ -306,21 +306,21 @@ def write_samples(study_name: str, root: str, path: str, num_prompts: int) -> in
 def start_eval(study_name: str, root: str) -> dict:
     """Step 0 of every arm: the shared warm start evaluated on the study's held-out set. When the study trains on the
     warm start's task, the warm start's own logged evaluation; otherwise (e.g. dapo_hard's longer chains) its SFT
-    checkpoint evaluated under the study's config, in the first run under `root` (the study's arm and seed order; every
-    run starts from a copy of the warm start) with the run's pass_k and evaluation key (`runs.evaluate_checkpoint`,
+    checkpoint evaluated under the study's config (its first arm's task), in the first run under `root` (the study's arm
+    and seed order; every run starts from a copy of the warm start) with the run's pass_k and evaluation key (`runs.evaluate_checkpoint`,
     which reproduces what a run logs), kept in that run's `eval_sft_<step>.json`."""
     from configs import default
     from rl4llm.train import metrics as metrics_lib
     from rl4llm.train import runs
 
     study = STUDIES[study_name]
-    arm, seed = next(((a, s) for a in study.arms for s in study.seeds
-                      if os.path.exists(run_dir(root, study_name, a, s))), (next(iter(study.arms)), study.seeds[0]))
-    config = run_config(study, arm, seed)
+    first_arm = next(iter(study.arms))
+    config = run_config(study, first_arm, 0)
     if config.task.to_dict() == default.get_config().task.to_dict():
         logged = {k: v for r in metrics_lib.read_metrics(warm_start_dir(root), "sft") for k, v in r.items()}
     else:
-        workdir = run_dir(root, study_name, arm, seed)
+        workdir = next((run_dir(root, study_name, a, s) for a in study.arms for s in study.seeds
+                        if os.path.exists(run_dir(root, study_name, a, s))), run_dir(root, study_name, first_arm, 0))
         found = [f for f in os.listdir(workdir) if f.startswith("eval_sft_")]
         if found:
             with open(os.path.join(workdir, found[0]), encoding="utf-8") as f:
