@@ -174,14 +174,25 @@ STUDIES = {
             "relift": _recipe("relift", **_GUIDANCE_TASK),
             "treerl": _recipe("treerl", **_GUIDANCE_TASK),
             "seele": _recipe("seele", **_GUIDANCE_TASK),
-            "guide": _recipe("guide", **_GUIDANCE_TASK),
         },
         seeds=(0, 1, 2),
         rl_steps=40,
         eval_every=10,
         keys=_COMMON_KEYS + _GUIDANCE_KEYS,
-        description="Guidance (LUFFY, GHPO, ReLIFT, SEELE, Guide) and tree rollouts (TreeRL) vs GRPO where the warm start "
+        description="Guidance (LUFFY, GHPO, ReLIFT, SEELE) and tree rollouts (TreeRL) vs GRPO where the warm start "
                     "mostly fails",
+    ),
+    # Where a hint is trained: GHPO keeps it in the prompt, Guide moves it into the unhinted prompt's response as
+    # off-policy tokens; same hints, same task and steps as guidance_hard, from one warm start (a study of its own:
+    # guidance_hard's runs were made on a machine whose warm start rounds differently).
+    "guidance_guide": Study(
+        arms={"grpo": _recipe("default", **_GUIDANCE_TASK), "ghpo": _recipe("ghpo", **_GUIDANCE_TASK),
+              "guide": _recipe("guide", **_GUIDANCE_TASK)},
+        seeds=(0, 1, 2),
+        rl_steps=40,
+        eval_every=10,
+        keys=_COMMON_KEYS + _GUIDANCE_KEYS,
+        description="Guide vs GHPO (the same hints, trained in the completion vs in the prompt) and GRPO",
     ),
     # The longer horizon of guidance_hard's two extremes: LUFFY's policy learns the traces' longer answers yet its pass@k
     # falls over 40 steps, while GRPO's barely moves. Does either change with 2.5x the steps?
