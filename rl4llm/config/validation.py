@@ -327,6 +327,15 @@ def _irt_hint_errors(config) -> list[str]:
     return errors
 
 
+def _off_policy_loss_errors(rl, field: str, tokens: str) -> list[str]:
+    """`rl.loss` must take `off_policy_mask`, or it would train `tokens` (the policy did not sample) as sampled."""
+    if rl.loss not in registry.POLICY_LOSSES or "off_policy_mask" in registry.policy_loss_inputs(rl.loss):
+        return []
+    takers = sorted(n for n in registry.POLICY_LOSSES if "off_policy_mask" in registry.policy_loss_inputs(n))
+    return [f"{field}: config.rl.loss={rl.loss!r} does not take off_policy_mask and would train {tokens} as sampled; "
+            f"use {' | '.join(takers)}"]
+
+
 def _hint_placement_errors(config) -> list[str]:
     """Guide's hints trained in the completion (selection.hint_placement='completion', `train.hints`)."""
     sel, rl = config.selection, config.rl
@@ -334,10 +343,7 @@ def _hint_placement_errors(config) -> list[str]:
     errors = []
     if not sel.hints:
         errors.append(f"{field}: places hints, and config.selection.hints=False gives none; set hints=True")
-    if rl.loss in registry.POLICY_LOSSES and "off_policy_mask" not in registry.policy_loss_inputs(rl.loss):
-        takers = sorted(n for n in registry.POLICY_LOSSES if "off_policy_mask" in registry.policy_loss_inputs(n))
-        errors.append(f"{field}: config.rl.loss={rl.loss!r} does not take off_policy_mask and would train the hint's "
-                      f"tokens as sampled; use {' | '.join(takers)}")
+    errors += _off_policy_loss_errors(rl, field, "the hint's tokens")
     if sel.replay_capacity:
         errors.append(f"{field}: config.selection.replay_capacity={sel.replay_capacity} replays groups with their "
                       "hint in the prompt; set it to 0")
@@ -459,10 +465,7 @@ def _off_policy_errors(config) -> list[str]:
     errors = []
     if k >= rl.num_generations:
         errors.append(f"{field}: must be < config.rl.num_generations={rl.num_generations} (a group needs sampled rows)")
-    if rl.loss in registry.POLICY_LOSSES and "off_policy_mask" not in registry.policy_loss_inputs(rl.loss):
-        takers = sorted(n for n in registry.POLICY_LOSSES if "off_policy_mask" in registry.policy_loss_inputs(n))
-        errors.append(f"{field}: config.rl.loss={rl.loss!r} does not take off_policy_mask and would treat the traces "
-                      f"as sampled; use {' | '.join(takers)}")
+    errors += _off_policy_loss_errors(rl, field, "the traces")
     if agent_config.is_agent_config(config):
         errors.append(f"{field}: traces are mixed into single-turn groups only, not agent runs")
     if config.selection.method not in _TRACE_SELECTION_METHODS or config.selection.hints:
