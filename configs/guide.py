@@ -24,6 +24,9 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/guide.py --workdir=/tmp/rl4llm/guide
+    Result (notebooks/05_guidance.ipynb, study guidance_guide: 6-7-operand chains, its own warm start, 3 seeds): held-out
+    pass@16 0.156 -> 0.182 ± 0.029 after 40 steps, GHPO 0.181 ± 0.014, GRPO 0.173 ± 0.023: no difference inside the
+    noise; the hint tokens were 12.6 % of the trained tokens.
     """
     c = default.get_config()
     c.rl.advantage = "grpo"

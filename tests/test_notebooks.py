@@ -98,7 +98,7 @@ def test_notebooks_end_to_end_on_a_tiny_run(tmp_path):
 
 
 REPRODUCTIONS = {"03_entropy_mechanism.ipynb": ["entropy_mechanism"], "04_dapo_ladder.ipynb": ["dapo_ladder", "dapo_hard"],
-                  "05_guidance.ipynb": ["guidance_hard", "guidance_hard_long"]}
+                  "05_guidance.ipynb": ["guidance_hard", "guidance_hard_long", "guidance_guide"]}
 
 
 @pytest.mark.parametrize("name", sorted(REPRODUCTIONS))
