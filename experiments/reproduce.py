@@ -194,6 +194,17 @@ STUDIES = {
         keys=_COMMON_KEYS + _GUIDANCE_KEYS,
         description="Guide vs GHPO (the same hints, trained in the completion vs in the prompt) and GRPO",
     ),
+    # Issue 22's "online DPO vs GRPO on the same budget": the main job's RL stage, and the same with DPO on each
+    # group's best-vs-worst pair in place of the policy gradient (configs/online_dpo.py), from the main job's warm start.
+    "online_dpo": Study(
+        arms={"grpo": _recipe("default"), "online_dpo": _recipe("online_dpo")},
+        seeds=(0, 1, 2),
+        rl_steps=100,
+        eval_every=25,
+        keys=_COMMON_KEYS + ("dpo/loss", "dpo/rewards/margins", "dpo/rewards/accuracies", "dpo/valid_pair_frac",
+                             "dpo/logps/chosen", "dpo/logps/rejected"),
+        description="Online DPO (Guo et al. 2024) vs GRPO on the main job's task, warm start and rollout budget",
+    ),
     # The longer horizon of guidance_hard's two extremes: LUFFY's policy learns the traces' longer answers yet its pass@k
     # falls over 40 steps, while GRPO's barely moves. Does either change with 2.5x the steps?
     "guidance_hard_long": Study(
