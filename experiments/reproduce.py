@@ -205,6 +205,20 @@ STUDIES = {
                              "dpo/logps/chosen", "dpo/logps/rejected"),
         description="Online DPO (Guo et al. 2024) vs GRPO on the main job's task, warm start and rollout budget",
     ),
+    # Issue 22's "FAPO's flawed-positive rate before/after": the main job's RL stage with the exact step judge watching
+    # (penalty 0) vs FAPO's penalty on flawed positives (configs/fapo.py), from the main job's warm start, a third of
+    # whose right answers come from a wrong step.
+    "fapo": Study(
+        arms={"grpo": _recipe("default", task__flaw_judge="arithmetic_steps"), "fapo": _recipe("fapo")},
+        seeds=(0, 1, 2),
+        rl_steps=100,
+        eval_every=25,
+        keys=_COMMON_KEYS + (
+            "reward/exact_answer", "judge/flawed_positive_frac", "judge/sound_accuracy", "judge/flawed_frac",
+            "judge/penalty_mean", "eval/flawed_positive_frac", "eval/sound_accuracy", "eval/flawed_frac",
+            "eval/sampled_flawed_positive_frac", "eval/sampled_sound_accuracy", "eval/sampled_flawed_frac"),
+        description="FAPO (flawed positives rewarded half-way, exact step judge) vs GRPO with the judge watching",
+    ),
     # The longer horizon of guidance_hard's two extremes: LUFFY's policy learns the traces' longer answers yet its pass@k
     # falls over 40 steps, while GRPO's barely moves. Does either change with 2.5x the steps?
     "guidance_hard_long": Study(

@@ -64,6 +64,7 @@ RECIPES = (
     "hapo",
     "d3s",
     "iterative_dpo",
+    "fapo",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -128,6 +129,8 @@ MECHANISMS = {
     "d3s": ("downsample/rollouts_dropped_frac", "token_selection_frac"),
     # pairs were formed and trained on, and a round ended: the reference became the current policy
     "iterative_dpo": ("dpo/valid_pair_frac", "ref_reset"),
+    # the judge found right answers (the parity reward's) from flawed steps (the nano policy's) and FAPO lowered them
+    "fapo": ("judge/flawed_positive_frac", "judge/penalty_mean"),
 }
 
 
@@ -180,14 +183,15 @@ def _parity_reward(completion: str, answer: str) -> float:
 def shrink(config):
     """The recipe's method on the tiny job of tests/test_train.py (same task, model and SFT stage)."""
     tiny = tiny_config()
-    task = config.task  # the recipe's reward shaping and extra reward components stay
-    shaping = (task.length_shaping, task.length_shaping_kwargs, task.extra_rewards, task.extra_rewards_mode)
+    task = config.task  # the recipe's reward shaping, extra reward components and process judge stay
+    shaping = (task.length_shaping, task.length_shaping_kwargs, task.extra_rewards, task.extra_rewards_mode,
+               task.flaw_judge, task.flaw_penalty)
     adaptive_temperature = (config.sampling.temperature_tau, config.sampling.temperature_pivot)  # HAPO's stays
     for section in ("task", "model", "sampling", "sft", "eval", "checkpoint"):
         config[section] = tiny[section]
     config.sft.steps = SFT_STEPS
     (config.task.length_shaping, config.task.length_shaping_kwargs, config.task.extra_rewards,
-     config.task.extra_rewards_mode) = shaping
+     config.task.extra_rewards_mode, config.task.flaw_judge, config.task.flaw_penalty) = shaping
     config.sampling.temperature_tau, config.sampling.temperature_pivot = adaptive_temperature
     config.log_every = tiny.log_every
     config.rl.steps = RL_STEPS

@@ -21,6 +21,7 @@ from rl4llm.data import tasks
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import length as length_lib
 from rl4llm.rewards import pipeline as pipeline_lib
+from rl4llm.rewards import process as process_lib
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import preference as preference_lib
@@ -64,6 +65,10 @@ class Task:
                                         placeholders=(length_lib.LENGTH_SHAPING, length_lib.STANDARD_INPUTS))
     pseudo_labels: str = param("none", "'majority_vote': label-free rewards against the group's majority (TTRL)",
                                OneOf(pipeline_lib.PSEUDO_LABELS))
+    flaw_judge: str = param("none", "a process judge (rl4llm.rewards.process.JUDGES): logs judge/* (flawed positives: "
+                            "right answers from flawed steps) in training and evaluation", OneOf(("none", *process_lib.JUDGES)))
+    flaw_penalty: float = param(0.0, "FAPO: subtracted from a flawed positive's reward (0: the judge only monitors; "
+                                "FAPO's lambda 1 on +-1 rewards = 0.5 on 0/1 rewards)", Between(0.0, 1e6))
     reward_workers: int = param(0, "> 0: score in that many processes with a hard per-call timeout (0: inline)",
                                 AtLeast(0))
     reward_timeout_s: float = param(30.0, "a scoring call's time limit", Between(0.0, 1e6, low_open=True))

@@ -21,6 +21,7 @@ from rl4llm.data import tasks
 from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import length as length_lib
+from rl4llm.rewards import process as process_lib
 from rl4llm.rl import preference
 from rl4llm.rl import registry
 from rl4llm.sampling.tree import TreeShape
@@ -770,6 +771,30 @@ def _reward_model_errors(config) -> list[str]:
     return errors
 
 
+def _flaw_judge_errors(config) -> list[str]:
+    """A process judge reads its task's prompts and single-turn completions; FAPO's penalty needs one and enters the
+    combined reward."""
+    task, errors = config.task, []
+    if task.flaw_penalty and task.flaw_judge == "none":
+        errors.append(f"config.task.flaw_penalty={task.flaw_penalty}: penalises the flawed positives a process judge "
+                      f"finds; set config.task.flaw_judge (one of {', '.join(process_lib.JUDGES)})")
+    if task.flaw_judge == "none":
+        return errors
+    judged = process_lib.JUDGE_TASKS.get(task.flaw_judge)
+    if judged and task.name != judged:
+        errors.append(f"config.task.flaw_judge={task.flaw_judge!r} reads the prompts of task {judged!r}, not "
+                      f"config.task.name={task.name!r}")
+    if agent_config.is_agent_config(config):
+        errors.append(f"config.task.flaw_judge={task.flaw_judge!r}: judges single-turn completions only; agent runs "
+                      f"(config.agent.env={config.agent.env!r}) are scored by their env")
+    rl = config.rl
+    if task.flaw_penalty and rl.advantage in registry.ADVANTAGES and (
+            "reward_components" in registry.advantage_inputs(rl.advantage)):
+        errors.append(f"config.task.flaw_penalty={task.flaw_penalty}: FAPO's penalty enters the combined reward only, "
+                      f"which rl.advantage={rl.advantage!r} does not use (it normalises the components)")
+    return errors
+
+
 def _generative_verifier_errors(config) -> list[str]:
     """A generative verifier (config.generative_verifier) scores single-turn rollouts into the combined reward, from
     one source, with a readable template."""
@@ -879,6 +904,7 @@ CHECKS = (
     (_relift_errors, ("relift", "selection")),
     (_teacher_errors, ()),
     (_reward_model_errors, ()),
+    (_flaw_judge_errors, ()),
     (_generative_verifier_errors, ()),
     (_selection_errors, ("rl", "selection")),
     (agent_config.agent_config_errors, ()),

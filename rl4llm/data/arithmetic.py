@@ -78,7 +78,7 @@ class ArithmeticConfig:
             raise ValueError(f"ArithmeticConfig.seed={self.seed}: must be >= 0.")
 
 
-def _apply(lhs: int, op: str, rhs: int) -> int:
+def apply_operation(lhs: int, op: str, rhs: int) -> int:
     """One binary operation."""
     if op == "+":
         return lhs + rhs
@@ -101,7 +101,7 @@ def render_problem(operands: Sequence[int], ops: Sequence[str]) -> Example:
     running = values[0]
     steps = []
     for op, v in zip(ops, values[1:]):
-        result = _apply(running, op, v)
+        result = apply_operation(running, op, v)
         steps.append(f"{running}{op}{v}={result};")
         running = result
     return Example(prompt=prompt, solution="".join(steps) + f"#{running}", answer=str(running))
@@ -132,7 +132,7 @@ def wrong_solution(solution: str, rng: np.random.Generator, corruption: str = "s
     for k in range(wrong, len(parsed)):
         lhs, op, rhs, result = parsed[k]
         lhs = int(lhs) if running is None else running
-        running = int(result) + delta if running is None else _apply(lhs, op, int(rhs))
+        running = int(result) + delta if running is None else apply_operation(lhs, op, int(rhs))
         out.append(f"{lhs}{op}{rhs}={running}")
     return ";".join(out) + f";#{running}"
 

@@ -10,7 +10,11 @@ each step optional:
 2. **main** reward and every **extra** component, each batch scored by a ``BatchScorer`` (process pool with a hard
    per-call timeout, or inline);
 3. **combination** ``main + Σ w_k extra_k`` or its ``if_correct`` form (``rl4llm.rewards.combine.combine``);
-4. **length shaping** by name (``rl4llm.rewards.length.LENGTH_SHAPING``) with its hyper-parameters, applied to
+4. **process judge** (``flaw_judge``, ``rl4llm.rewards.process.JUDGES``): each completion's first flawed step, logged
+   as ``judge/*`` (flawed positives: correct answers from flawed steps), and with ``flaw_penalty`` λ > 0 FAPO's
+   ``R − λ·1[flawed positive]`` (``process.fapo_rewards``; ``judge/penalty_mean``: the mean reward it took); it
+   reads the prompts;
+5. **length shaping** by name (``rl4llm.rewards.length.LENGTH_SHAPING``) with its hyper-parameters, applied to
    the combined reward only: the components never carry it.
 
 With none of the options set, the rewards are the main reward's scores, computed exactly as a plain loop would.
@@ -27,6 +31,7 @@ from rl4llm import rewards
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import length as length_lib
 from rl4llm.rewards import pool as pool_lib
+from rl4llm.rewards import process as process_lib
 
 PSEUDO_LABELS = ("none", "majority_vote")
 
@@ -34,7 +39,8 @@ PSEUDO_LABELS = ("none", "majority_vote")
 @dataclasses.dataclass(frozen=True)
 class RewardSpec:
     """What a run's rewards are made of (``config.task``: reward, extra_rewards, extra_rewards_mode,
-    length_shaping, length_shaping_kwargs, pseudo_labels, reward_workers, reward_timeout_s)."""
+    length_shaping, length_shaping_kwargs, pseudo_labels, flaw_judge, flaw_penalty, reward_workers,
+    reward_timeout_s)."""
 
     reward: str
     extra_weights: tuple[tuple[str, float], ...] = ()
@@ -42,6 +48,8 @@ class RewardSpec:
     length_shaping: str = "none"
     length_kwargs: tuple[tuple[str, object], ...] = ()
     pseudo_labels: str = "none"
+    flaw_judge: str = "none"
+    flaw_penalty: float = 0.0
     num_workers: int = 0
     timeout_s: float = 30.0
 
@@ -57,7 +65,12 @@ class RewardPipeline:
         if spec.length_shaping != "none" and spec.length_shaping not in length_lib.LENGTH_SHAPING:
             known = ", ".join(length_lib.LENGTH_SHAPING)
             raise ValueError(f"length_shaping={spec.length_shaping!r}; known: none, {known}")
+        if spec.flaw_judge != "none" and spec.flaw_judge not in process_lib.JUDGES:
+            raise ValueError(f"flaw_judge={spec.flaw_judge!r}; known: none, {', '.join(process_lib.JUDGES)}")
+        if spec.flaw_penalty and spec.flaw_judge == "none":
+            raise ValueError(f"flaw_penalty={spec.flaw_penalty} needs a flaw_judge")
         self.spec = spec
+        self.judge = process_lib.JUDGES.get(spec.flaw_judge)
 
         def scorer(name: str) -> pool_lib.BatchScorer:
             reward_fn = rewards.get_reward(name)
@@ -78,13 +91,15 @@ class RewardPipeline:
         group_ids: np.ndarray,
         *,
         max_length: int,
+        prompts: Sequence[str] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float]]:
-        """(rewards [N] float32, main component [N] float32, components [N, K] float32, metrics) of one batch.
+        """(rewards [N] float32, main component [N] float32, components [N, K] float32, metrics) of one batch;
+        `prompts` [N] (the text each completion answers) are needed by a process judge only.
 
         ``components[:, 0]`` is the main reward and ``components[:, k]`` the k-th extra reward in config order,
         unweighted and as it enters the combination (``if_correct``: ``1[main >= 1] · extra_k``), so that before
-        length shaping ``rewards = components @ (1, w_1, ..., w_{K-1})``. Length shaping changes the combined
-        rewards only.
+        FAPO's penalty and length shaping ``rewards = components @ (1, w_1, ..., w_{K-1})``; both change the
+        combined rewards only.
         """
         metrics: dict[str, float] = {}
         labelled = np.ones(len(texts), bool)
@@ -109,6 +124,16 @@ class RewardPipeline:
             scores = combine_lib.combine(main, extras, dict(self.spec.extra_weights), mode=self.spec.extra_mode)
             metrics[f"reward/{self.spec.reward}"] = float(main.mean())
         components = np.stack([main, *combine_lib.conditioned(main, extras, mode=self.spec.extra_mode).values()], -1)
+        if self.judge is not None:
+            if prompts is None:
+                raise ValueError(f"flaw_judge={self.spec.flaw_judge!r} reads the prompts: pass prompts=")
+            correct, flawed = main >= 1.0, process_lib.first_flaws(self.judge, prompts, texts) >= 0
+            metrics.update(process_lib.flaw_metrics(correct, flawed, "judge/"))
+            if self.spec.flaw_penalty:
+                penalised = process_lib.fapo_rewards(scores, correct, flawed, self.spec.flaw_penalty)
+                metrics["judge/penalty_mean"] = float(np.mean(scores - penalised))  # the reward FAPO took away
+                metrics[f"reward/{self.spec.reward}"] = float(main.mean())
+                scores = penalised
         if self.spec.length_shaping != "none":
             shape = length_lib.LENGTH_SHAPING[self.spec.length_shaping]
             shaped = shape(scores, lengths, group_ids, max_length=max_length, **dict(self.spec.length_kwargs))

@@ -13,6 +13,9 @@ per prompt bucket). A completion is *correct* iff its main reward equals 1. The 
   sampled_response_length, ..._p50/_p90,          the n samples' length statistics
   sampled_truncated_frac
   answer_entropy                                  entropy of each prompt's extracted answers (`answer_entropy`)
+  flawed_positive_frac, sound_accuracy,           with a process judge (`spec.flaw_judge`, config.task.flaw_judge):
+  flawed_frac, sampled_<each of these>            the greedy and the sampled completions' flawed positives
+                                                  (`rewards.process.flaw_metrics`)
 
 maj@k and answer_entropy need the reward's answer extractor (`rl4llm.rewards.EXTRACTORS`, passed as
 `spec.extract_answer`); for a reward without one (countdown, code, format rewards) they are left out.
@@ -30,6 +33,7 @@ import numpy as np
 
 from rl4llm import sampling
 from rl4llm.rewards import combine as combine_lib
+from rl4llm.rewards import process as process_lib
 from rl4llm.train import batches
 from rl4llm.train import progress
 
@@ -119,7 +123,8 @@ def _check_k(n: int, k: int) -> None:
 @dataclasses.dataclass(frozen=True)
 class EvalSpec:
     """What to evaluate: `batch_size` rows per sampler call (one compiled shape); `extract_answer` is the
-    reward's final-answer extractor (`rl4llm.rewards.EXTRACTORS`), None when it has none (no maj@k)."""
+    reward's final-answer extractor (`rl4llm.rewards.EXTRACTORS`), None when it has none (no maj@k); `flaw_judge` a
+    process judge (`rl4llm.rewards.process.JUDGES`), or None."""
 
     greedy: sampling.SamplingConfig
     sampled: sampling.SamplingConfig
@@ -128,6 +133,7 @@ class EvalSpec:
     prompt_bucket: int
     batch_size: int
     extract_answer: Callable[[str], str | None] | None = None
+    flaw_judge: Callable[[str, str], int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,11 +194,15 @@ def evaluate(
         "eval/truncated_frac": greedy_lengths["truncated_frac"],
     }
     n = spec.pass_n
+    repeated = [p for p in prompts for _ in range(n)]
     sampled = generate_scored(
-        model_cfg, params, tokenizer,
-        [p for p in prompts for _ in range(n)], [a for a in answers for _ in range(n)],
+        model_cfg, params, tokenizer, repeated, [a for a in answers for _ in range(n)],
         jax.random.fold_in(key, 1), spec.sampled, spec, score_fn,
     )
+    if spec.flaw_judge is not None:
+        for prefix, texts, completions in (("eval/", prompts, greedy), ("eval/sampled_", repeated, sampled)):
+            flawed = process_lib.first_flaws(spec.flaw_judge, texts, completions.texts) >= 0
+            metrics.update(process_lib.flaw_metrics(completions.rewards == 1.0, flawed, prefix))
     correct = (sampled.rewards == 1.0).reshape(len(prompts), n)  # [P, n]
     extracted = None
     if spec.extract_answer is not None:

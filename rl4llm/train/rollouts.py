@@ -81,11 +81,12 @@ def step_prompts(config, setup: Setup, step: int):
     return examples, prompt_tokens, prompt_mask
 
 
-def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, completion_mask, answers,
+def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, completion_mask, prompts, answers,
           group_ids: np.ndarray, prefixes=None):
     """Host rewards of the rows `[prompt | completion]` ([N, P], [N, T] host arrays; the batch scored in one
     pipeline call and, with `config.reward_model.checkpoint`, one RM call: `with_reward_model`).
-    `prefixes` [N]: text scored before each completion (a hint the prompt already holds), or None.
+    `prompts` [N]: each row's prompt text (a process judge reads it); `prefixes` [N]: text scored before each
+    completion (a hint the prompt already holds), or None.
 
     Returns (rewards [N], main reward [N], reward components [N, K], reward metrics).
     """
@@ -93,7 +94,7 @@ def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, c
     if prefixes is not None:
         texts = [prefix + text for prefix, text in zip(prefixes, texts)]
     scores, main, components, metrics = setup.rewards.score(
-        texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens
+        texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens, prompts=prompts
     )
     if setup.reward_model is not None:
         tokens, mask = batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask)
@@ -147,8 +148,8 @@ def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.n
     examples, prompt_tokens, prompt_mask = step_prompts(config, setup, step)
     rollout = generate(setup, params, prompt_tokens, prompt_mask, key, setup.eval_spec.greedy)
     tokens, mask = jax.device_get((rollout.completion_tokens, rollout.completion_mask))
-    scores = score(config, setup, prompt_tokens, prompt_mask, tokens, mask, [e.answer for e in examples],
-                   np.arange(len(examples)))[0]
+    scores = score(config, setup, prompt_tokens, prompt_mask, tokens, mask, [e.prompt for e in examples],
+                   [e.answer for e in examples], np.arange(len(examples)))[0]
     return np.repeat(scores, config.rl.num_generations)
 
 
@@ -208,7 +209,7 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     row_tokens, row_mask = prompt_tokens[group_ids], prompt_mask[group_ids]
     scores, main, components, reward_metrics = score(
         config, setup, row_tokens, row_mask, completions["completion_tokens"], completions["completion_mask"],
-        np.repeat(answers, sizes).tolist(), group_ids, np.repeat(prefixes, sizes).tolist() if any(prefixes) else None,
+        np.repeat(prompts, sizes).tolist(), np.repeat(answers, sizes).tolist(), group_ids, np.repeat(prefixes, sizes).tolist() if any(prefixes) else None,
     )
     rows = prompt_selection.Rows(
         prompt_tokens=row_tokens, prompt_mask=row_mask, scores=scores, main=main, components=components,

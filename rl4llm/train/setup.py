@@ -20,6 +20,7 @@ from rl4llm.models import lora
 from rl4llm.parallel import layout as layout_lib
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import pipeline as pipeline_lib
+from rl4llm.rewards import process as process_lib
 from rl4llm.tokenizers import sentencepiece_tokenizer
 from rl4llm.train import batches
 from rl4llm.train import evaluate as evaluate_lib
@@ -73,6 +74,7 @@ def build_setup(config, workdir: str) -> Setup:
         prompt_bucket=config.sampling.prompt_bucket,
         batch_size=config.rl.num_prompts * config.rl.num_generations,
         extract_answer=rewards_lib.EXTRACTORS.get(config.task.reward),
+        flaw_judge=process_lib.JUDGES.get(config.task.flaw_judge),
     )
     eval_examples = tuple(task.source.test_examples(config.eval.num_examples))
     reward_pipeline = pipeline_lib.RewardPipeline(reward_spec(config))
@@ -194,6 +196,8 @@ def reward_spec(config) -> pipeline_lib.RewardSpec:
         length_shaping=task.length_shaping,
         length_kwargs=tuple(sorted(task.length_shaping_kwargs.items())),
         pseudo_labels=task.pseudo_labels,
+        flaw_judge=task.flaw_judge,
+        flaw_penalty=task.flaw_penalty,
         num_workers=task.reward_workers,
         timeout_s=task.reward_timeout_s,
     )
