@@ -5,7 +5,9 @@ r"""Reproduction studies: several arms (methods) x seeds from ONE shared SFT war
 
 Each study (`STUDIES`) names its arms (a recipe of configs/ with the study's overrides), its seeds, RL steps,
 evaluation cadence and the metric keys it keeps. The script
-  1. trains the warm start once (`<root>/warm_start`: the default SFT stage, seed 0, no RL),
+  1. trains the warm start once (`<root>/warm_start`: the default SFT stage, seed 0, no RL), and the study's reward
+     models, one per (name, seed) in `<root>/<study>/reward_models/<name>/seed<k>` (`ensure_reward_models`; an arm
+     reads the seed's RM through `reward_model__checkpoint="rm:<name>"`), `--workers` at a time,
   2. runs every (arm, seed) not finished yet in `<root>/<study>/<arm>/seed<k>`, a copy of the warm start (so every
      run starts from the same policy; the seed changes the RL data order and sampling), `--workers` at a time, each
      in its own process (`--job=<arm>/<seed>` runs one), seed-major (every arm's first seed before any second seed);
@@ -14,7 +16,8 @@ evaluation cadence and the metric keys it keeps. The script
      step) with the study's keys, step 0 = the warm start's evaluation. The notebooks redraw every figure from it.
      Records the file already holds for runs not under `--root` (run earlier, elsewhere) are kept if they start
      from the same warm start (equal step-0 evaluation; otherwise it stops with an error).
-  4. with `--samples=N`, writes `notebooks/results/<study>_samples.jsonl`: what the policies write (`write_samples`).
+  4. with `--samples=N`, writes `notebooks/results/<study>_samples.jsonl`: what the policies write (`write_samples`);
+     a study with reward models also writes `<study>_reward_models.jsonl` (`collect_reward_models`).
 Re-running skips finished runs and resumes interrupted ones from their checkpoints.
 """
 
@@ -79,6 +82,9 @@ class Study:
     eval_every: int
     keys: tuple  # metrics.jsonl keys kept in the results file (those a run does not log are left out)
     description: str
+    # reward models the arms read ("rm:<name>"): name -> the RM job's dotted-field overrides of the default config;
+    # the value "warm_start" stands for the warm start's directory (e.g. reward_model__sample_from)
+    reward_models: dict = dataclasses.field(default_factory=dict)
 
 
 # Metric keys every study keeps: the learning curve, the policy's entropy, and the sample budget.
@@ -219,6 +225,30 @@ STUDIES = {
             "eval/sampled_flawed_positive_frac", "eval/sampled_sound_accuracy", "eval/sampled_flawed_frac"),
         description="FAPO (flawed positives rewarded half-way, exact step judge) vs GRPO with the judge watching",
     ),
+    # Issue 22's "GRPO with the RM vs with the rule verifier": the main job's RL stage rewarded by the rule verifier, by an
+    # outcome RM trained on the warm start's own completions labelled by the verifier (the RLHF pipeline), and by one
+    # trained on reference vs corrupted-final-answer solutions (README's RM), each RM trained per seed; the exact step
+    # judge watches every arm (reward hacking: what the RM rewards that the verifier or the judge does not).
+    "reward_model": Study(
+        arms={"grpo": _recipe("default", task__flaw_judge="arithmetic_steps"),
+              "rm_sampled": _recipe("default", task__flaw_judge="arithmetic_steps",
+                                    reward_model__checkpoint="rm:sampled"),
+              "rm_corrupted": _recipe("default", task__flaw_judge="arithmetic_steps",
+                                      reward_model__checkpoint="rm:corrupted")},
+        seeds=(0, 1, 2),
+        rl_steps=100,
+        eval_every=25,
+        keys=_COMMON_KEYS + (
+            "reward/exact_answer", "reward_model/score_mean", "reward_model/score_std", "judge/flawed_positive_frac",
+            "judge/sound_accuracy", "eval/flawed_positive_frac", "eval/sound_accuracy",
+            "eval/sampled_flawed_positive_frac", "eval/sampled_sound_accuracy"),
+        description="GRPO rewarded by the rule verifier vs by an outcome RM (policy-sampled or corrupted pairs)",
+        reward_models={
+            "sampled": dict(reward_model__sample_from="warm_start", reward_model__steps=300,
+                            reward_model__eval_every=50),
+            "corrupted": dict(reward_model__steps=300, reward_model__eval_every=50),
+        },
+    ),
     # The longer horizon of guidance_hard's two extremes: LUFFY's policy learns the traces' longer answers yet its pass@k
     # falls over 40 steps, while GRPO's barely moves. Does either change with 2.5x the steps?
     "guidance_hard_long": Study(
@@ -232,9 +262,15 @@ STUDIES = {
 }
 
 
-def run_config(study: Study, arm: str, seed: int):
-    """The full config of one run: the arm's recipe with the study's seed, steps and cadence."""
+def run_config(study: Study, arm: str, seed: int, root: str = "/tmp/rl4llm/reproduce", study_name: str = ""):
+    """The full config of one run: the arm's recipe with the study's seed, steps and cadence; a reward model named
+    "rm:<name>" is the study's RM of that name and seed under `root`."""
     config = study.arms[arm]()
+    if config.reward_model.checkpoint.startswith("rm:"):
+        name = config.reward_model.checkpoint.removeprefix("rm:")
+        if name not in study.reward_models:
+            raise ValueError(f"arm {arm}: no reward model {name!r} in the study ({list(study.reward_models)})")
+        config.reward_model.checkpoint = os.path.join(reward_model_dir(root, study_name, name, seed), "reward_model")
     config.seed = seed
     config.rl.steps = study.rl_steps
     config.eval.every = study.eval_every
@@ -249,6 +285,75 @@ def warm_start_dir(root: str) -> str:
 
 def run_dir(root: str, study_name: str, arm: str, seed: int) -> str:
     return os.path.join(root, study_name, arm, f"seed{seed}")
+
+
+def reward_model_dir(root: str, study_name: str, name: str, seed: int) -> str:
+    return os.path.join(root, study_name, "reward_models", name, f"seed{seed}")
+
+
+def reward_model_config(study: Study, name: str, seed: int, root: str):
+    """The RM job's config of the study's reward model `name` for `seed`: the default config with its overrides."""
+    from configs import default
+
+    overrides = {k: warm_start_dir(root) if v == "warm_start" else v for k, v in study.reward_models[name].items()}
+    config = _override(default.get_config(), overrides)
+    config.seed = seed
+    return config
+
+
+def train_reward_model(study_name: str, name: str, seed: int, root: str) -> None:
+    """One reward model of the study (`reward_model_job.run`), in a fresh directory (the job does not resume)."""
+    from rl4llm.train import reward_model_job
+
+    workdir = reward_model_dir(root, study_name, name, seed)
+    shutil.rmtree(workdir, ignore_errors=True)  # an interrupted RM job starts again
+    reward_model_job.run(reward_model_config(STUDIES[study_name], name, seed, root), workdir)
+
+
+def run_processes(commands: list, logs: list, workers: int) -> list:
+    """Runs `commands` (argument lists, in this repo), `workers` at a time, each with its log file; returns the
+    commands that failed."""
+    running, failed = [], []
+    for command, log in zip(commands, logs):
+        while len(running) >= workers:
+            time.sleep(10)
+            failed += [p.args for p in running if p.poll() not in (None, 0)]
+            running = [p for p in running if p.poll() is None]
+        running.append(subprocess.Popen(command, cwd=_REPO, stdout=open(log, "w", encoding="utf-8"),
+                                        stderr=subprocess.STDOUT))
+    return failed + [p.args for p in running if p.wait() != 0]
+
+
+def ensure_reward_models(study_name: str, root: str, seeds, workers: int) -> None:
+    """Trains the study's reward models not finished yet (each (name, seed) in its own process, `workers` at a time)."""
+    study = STUDIES[study_name]
+    todo = [(name, seed) for seed in seeds for name in study.reward_models
+            if not os.path.exists(os.path.join(reward_model_dir(root, study_name, name, seed), "summary.json"))]
+    commands = [[sys.executable, "-m", "experiments.reproduce", f"--study={study_name}", f"--root={root}",
+                 f"--job=rm:{name}/{seed}"] for name, seed in todo]
+    logs = [os.path.join(root, f"{study_name}_rm_{name}_seed{seed}.log") for name, seed in todo]
+    for name, seed in todo:
+        print(f"training reward model {name} seed {seed}", flush=True)
+    failed = run_processes(commands, logs, workers)
+    if failed:
+        sys.exit(f"reward models failed: {[c[-1] for c in failed]} (logs in {root})")
+
+
+def collect_reward_models(study_name: str, root: str, path: str) -> int:
+    """Writes the study's reward models' training records (stage "rm": held-out pairwise accuracy, loss; step 0 with
+    the sampled pairs' counts) to `path`, one per (name, seed, logged step); returns their number."""
+    from rl4llm.analysis import results
+    from rl4llm.train import metrics as metrics_lib
+
+    study = STUDIES[study_name]
+    records = []
+    for name in study.reward_models:
+        for seed in study.seeds:
+            workdir = reward_model_dir(root, study_name, name, seed)
+            if os.path.exists(os.path.join(workdir, "summary.json")):
+                records += [{"rm": name, "seed": seed, **{k: v for k, v in r.items() if k != "stage"}}
+                            for r in metrics_lib.read_metrics(workdir, "rm")]
+    return results.write_results(path, records)
 
 
 def ensure_warm_start(root: str) -> str:
@@ -274,7 +379,7 @@ def run_job(study_name: str, arm: str, seed: int, root: str) -> None:
         source = warm_start_dir(root)
         shutil.copytree(os.path.join(source, "checkpoints", "sft"), os.path.join(workdir, "checkpoints", "sft"))
         shutil.copytree(os.path.join(source, "tokenizer"), os.path.join(workdir, "tokenizer"))
-    config = run_config(study, arm, seed)
+    config = run_config(study, arm, seed, root, study_name)
     job.run(config, workdir)  # validates the config before anything is built
 
 
@@ -351,7 +456,7 @@ def start_eval(study_name: str, root: str) -> dict:
 
     study = STUDIES[study_name]
     first_arm = next(iter(study.arms))
-    config = run_config(study, first_arm, 0)
+    config = run_config(study, first_arm, 0, root, study_name)
     if config.task.to_dict() == default.get_config().task.to_dict():
         logged = {k: v for r in metrics_lib.read_metrics(warm_start_dir(root), "sft") for k, v in r.items()}
     else:
@@ -392,7 +497,10 @@ def main(argv):
     root = _ROOT.value
     if _JOB.value:
         arm, seed = _JOB.value.split("/")
-        run_job(_STUDY.value, arm, int(seed), root)
+        if arm.startswith("rm:"):
+            train_reward_model(_STUDY.value, arm.removeprefix("rm:"), int(seed), root)
+        else:
+            run_job(_STUDY.value, arm, int(seed), root)
         return
     arms = _ARMS.value or list(study.arms)
     unknown = sorted(set(arms) - set(study.arms))
@@ -400,6 +508,7 @@ def main(argv):
         sys.exit(f"--arms: unknown {unknown}; {_STUDY.value} has {list(study.arms)}")
     seeds = [int(s) for s in _SEEDS.value] if _SEEDS.value else list(study.seeds)
     ensure_warm_start(root)
+    ensure_reward_models(_STUDY.value, root, seeds, _WORKERS.value)
     jobs = _pending(_STUDY.value, root, arms, seeds)
     print(f"{_STUDY.value}: {len(jobs)} runs to do ({study.description})", flush=True)
     running: list[subprocess.Popen] = []
@@ -423,6 +532,9 @@ def main(argv):
     failed = [p.args[-1] for p in running if p.wait() != 0]
     path = _RESULTS.value or os.path.join(_REPO, "notebooks", "results", f"{_STUDY.value}.jsonl")
     print(f"wrote {collect(_STUDY.value, root, path)} records to {path}", flush=True)
+    if study.reward_models:
+        rm_path = path.removesuffix(".jsonl") + "_reward_models.jsonl"
+        print(f"wrote {collect_reward_models(_STUDY.value, root, rm_path)} records to {rm_path}", flush=True)
     if _SAMPLES.value:
         samples_path = path.removesuffix(".jsonl") + "_samples.jsonl"
         print(f"wrote {write_samples(_STUDY.value, root, samples_path, _SAMPLES.value)} records to {samples_path}",

@@ -436,9 +436,18 @@ def test_every_reproduction_arm_is_a_valid_config():
 
     for name, study in reproduce.STUDIES.items():
         for arm in study.arms:
-            config = reproduce.run_config(study, arm, study.seeds[-1])
+            config = reproduce.run_config(study, arm, study.seeds[-1], "/root", name)
+            if study.arms[arm]().reward_model.checkpoint:  # the study's RM of this seed, not trained here
+                rm_dir = reproduce.reward_model_dir("/root", name, study.arms[arm]().reward_model.checkpoint[3:], 2)
+                assert config.reward_model.checkpoint == os.path.join(rm_dir, "reward_model"), (name, arm)
+                config.reward_model.checkpoint = ""
             config_lib.parse(config)
             assert config.rl.steps == study.rl_steps and config.seed == study.seeds[-1], (name, arm)
+        for rm_name in study.reward_models:
+            rm_config = reproduce.reward_model_config(study, rm_name, 1, "/root")
+            assert rm_config.seed == 1, (name, rm_name)
+            assert rm_config.reward_model.sample_from in ("", reproduce.warm_start_dir("/root")), (name, rm_name)
+            config_lib.parse(rm_config)
 
 
 def _write_run(workdir: str, stage: str, records: dict) -> None:

@@ -1,6 +1,6 @@
 """The reward-model job (`experiments/train_reward_model.py` -> `rl4llm.train.reward_model_job`): preference pairs of
 the arithmetic task, a nano RM trained with Bradley-Terry whose held-out pairwise accuracy beats chance, the metrics
-and the checkpoint it writes, and the trunk's warm start from an SFT workdir."""
+and the checkpoint it writes, the trunk's warm start from an SFT workdir, and pairs sampled from a policy."""
 
 from __future__ import annotations
 
@@ -95,3 +95,58 @@ def test_trunk_starts_from_the_sft_policy_of_init_from(tmp_path):
     params = reward_model_job.initial_params(config, model_cfg, jax.random.key(0))
     for a, b in zip(jax.tree.leaves(params["trunk"]), jax.tree.leaves(sft_params)):
         assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def _parity_reward(completion: str, answer: str) -> float:
+    """Right for even answers, and for odd ones iff the completion has an even length: a nano policy's samples get
+    both labels (the task's own verifier would reject nearly all of them)."""
+    return 1.0 if int(answer) % 2 == 0 else float(len(completion) % 2 == 0)
+
+
+def test_pairs_sampled_from_a_policy_are_its_accepted_vs_rejected_completions(tmp_path, monkeypatch):
+    """reward_model.sample_from: each pair is one prompt's accepted and rejected samples of the policy (by its
+    verifier), min(accepted, rejected) pairs per prompt; the job trains on a pool of them and reports the counts."""
+    from rl4llm import rewards
+    from rl4llm.train import batches
+    from rl4llm.train import evaluate as evaluate_lib
+    from rl4llm.train import runs
+
+    monkeypatch.setitem(rewards.REWARDS, "parity", _parity_reward)
+    c = rm_config()
+    c.task.reward = "parity"
+    c.sft.steps, c.sft.batch_size, c.rl.steps = 2, 8, 0
+    c.eval.num_examples, c.eval.pass_n, c.eval.pass_k = 4, 1, (1,)
+    job.run(c, str(tmp_path / "policy"))
+    c.rl.num_generations = 4
+    c.reward_model.update(dict(sample_from=str(tmp_path / "policy"), sample_prompts=6, eval_pairs=5, steps=3,
+                               eval_every=3))
+    config = config_lib.parse(c)
+    policy = runs.restore_policy(str(tmp_path / "policy"))
+    examples = policy.setup.task.source.train_examples(0, 6)
+    key = jax.random.key(5)
+    pairs, metrics = reward_model_job.policy_pairs(config, policy.setup.tokenizer, policy, examples, key)
+    # the same samples, regenerated with the same key
+    g = 4
+    again = evaluate_lib.generate_scored(
+        policy.setup.model_cfg, policy.params, policy.setup.tokenizer, [e.prompt for e in examples for _ in range(g)],
+        [e.answer for e in examples for _ in range(g)], key, policy.setup.rollout_cfg, policy.setup.eval_spec,
+        policy.setup.score_fn)
+    policy.close()
+    accepted = (again.rewards == 1).reshape(6, g).sum(1)
+    assert metrics["pairs"] == pairs.chosen_tokens.shape[0] == np.minimum(accepted, g - accepted).sum() > 0
+    assert metrics["accepted_frac"] == accepted.sum() / (6 * g)
+    t = config.sampling.max_new_tokens
+    for tokens, mask, label in ((pairs.chosen_tokens, pairs.chosen_mask, 1.0),
+                                (pairs.rejected_tokens, pairs.rejected_mask, 0.0)):
+        texts = batches.decode_completions(policy.setup.tokenizer, np.asarray(tokens)[:, -t:],
+                                           np.asarray(mask)[:, -t:] > 0)
+        assert set(texts) <= set(again.texts)
+        prompts = batches.decode_completions(policy.setup.tokenizer, np.asarray(tokens)[:, :-t],
+                                             np.asarray(mask)[:, :-t] > 0)
+        answers = {e.prompt: e.answer for e in examples}
+        assert [_parity_reward(text, answers[p]) for p, text in zip(prompts, texts)] == [label] * len(texts)
+    summary = reward_model_job.run(c, str(tmp_path / "rm"))
+    assert summary["pool/pairs"] > 0 and summary["held_out/pairs"] > 0 and summary["rm_steps"] == 3
+    c.reward_model.objective = "judge"
+    with pytest.raises(config_lib.ConfigError, match="sampled pairs train a scalar RM"):
+        reward_model_job.run(c, str(tmp_path / "judge"))

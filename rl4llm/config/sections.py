@@ -260,6 +260,10 @@ class RewardModel:
     warmup_steps: int = param(10, "training: linear warm-up steps", AtLeast(0))
     weight_decay: float = param(0.0, "training: AdamW weight decay", Between(0.0, 1.0))
     grad_clip: float = param(1.0, "training: global gradient-norm clip", Between(0.0, 1e9))
+    sample_from: str = param("", "training: an experiments.train workdir whose policy's own completions, labelled by "
+                             "the verifier, give the pairs ('' = reference vs corrupted solutions)")
+    sample_prompts: int = param(512, "training with sample_from: training prompts sampled (G = rl.num_generations "
+                                "each) into the pool of pairs", AtLeast(1))
     corruption: str = param("final_answer", "training: the rejected solution's error (data.arithmetic.wrong_solution)",
                             OneOf(arithmetic_lib.CORRUPTIONS))
     margin: float = param(0.0, "training: Bradley-Terry margin m in -log sigmoid(r_c - r_r - m) (Llama 2)",

@@ -13,6 +13,13 @@ labelled `yes_token`, of the wrong one `no_token`, by the cross-entropy of the j
 way). The held-out metric is the same for all: the fraction of pairs with r_chosen > r_rejected (for "judge",
 P(Yes | chosen) > P(Yes | rejected)).
 
+With `config.reward_model.sample_from` (an experiments.train workdir) the pairs are the policy's own completions
+instead (`policy_pairs`): its last checkpoint samples G = `rl.num_generations` completions of each prompt at its
+rollout settings, the task's verifier labels them, and each prompt gives min(accepted, rejected) (accepted,
+rejected) pairs: `reward_model.sample_prompts` training prompts sampled once into a pool the updates draw from, and
+the `eval_pairs` held-out prompts' pairs for the accuracy (fewer pairs than prompts: a prompt whose samples all agree
+gives none). This is the RM of a real RLHF pipeline: it must tell the policy's right answers from its wrong ones.
+
 The RM's decoder is `config.model` (a preset with the task's tokenizer, or `model.hf_checkpoint`), without LoRA;
 its trunk starts from the SFT policy of `config.reward_model.init_from` (an experiments.train workdir, whose
 tokenizer it then uses), else from the HF checkpoint's weights, else at random
@@ -39,14 +46,16 @@ from rl4llm import reward_model as rm
 from rl4llm.data import arithmetic
 from rl4llm.data import tasks as tasks_lib
 from rl4llm.train import checkpointing
+from rl4llm.train import evaluate as evaluate_lib
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import optim
+from rl4llm.train import runs
 from rl4llm.train import setup as setup_lib
 from rl4llm.verifiers import generative
 from rl4llm.verifiers import templates
 
 STAGE = "rm"
-_TRAIN_STREAM, _EVAL_STREAM = 0, 1  # rng streams of the corruptions
+_TRAIN_STREAM, _EVAL_STREAM = 0, 1  # rng streams of the corruptions (and of the sampled pairs' keys)
 
 
 def preference_pairs(config, tokenizer, examples, rng: np.random.Generator) -> rm.PairBatch:
@@ -70,9 +79,50 @@ def as_labelled(pairs: rm.PairBatch) -> rm.LabelBatch:
                          labels=np.concatenate([np.ones(p, np.float32), np.zeros(p, np.float32)]))
 
 
-def train_batch(config, task, tokenizer, step: int):
-    """The batch of update `step` (a pure function of the seed and step)."""
+def policy_pairs(config, tokenizer, policy: runs.Policy, examples, key) -> tuple[rm.PairBatch, dict]:
+    """Preference pairs of `policy`'s own completions of `examples`: G = `config.rl.num_generations` samples of each
+    prompt at the policy's rollout settings (`evaluate.generate_scored`, `key`), labelled by its task's verifier
+    (main reward 1 = accepted); a prompt with a accepted and r rejected samples gives min(a, r) pairs, its accepted
+    and rejected samples zipped in sampled order. -> (pairs encoded as `preference_pairs`', metrics
+    `pairs`, `pair_prompts_frac` (prompts that gave a pair), `accepted_frac`)."""
+    g = config.rl.num_generations
+    prompts, answers = [e.prompt for e in examples for _ in range(g)], [e.answer for e in examples for _ in range(g)]
+    setup = policy.setup
+    completions = evaluate_lib.generate_scored(setup.model_cfg, policy.params, setup.tokenizer, prompts, answers, key,
+                                               setup.rollout_cfg, setup.eval_spec, setup.score_fn)
+    accepted = (completions.rewards == 1.0).reshape(len(examples), g)
+    texts = np.asarray(completions.texts, object).reshape(len(examples), g)
+    pair_prompts, chosen, rejected = [], [], []
+    for example, ok, row in zip(examples, accepted, texts):
+        for c, r in zip(row[ok], row[~ok]):
+            pair_prompts.append(example.prompt)
+            chosen.append(c)
+            rejected.append(r)
+    if not chosen:
+        raise ValueError(f"the policy of config.reward_model.sample_from={config.reward_model.sample_from!r} gave no "
+                         f"pair on {len(examples)} prompts (accepted fraction {accepted.mean():.3f})")
+    pairs = rm.encode_pairs(tokenizer, pair_prompts, chosen, rejected, prompt_bucket=config.sampling.prompt_bucket,
+                            completion_len=config.sampling.max_new_tokens,
+                            margin=[config.reward_model.margin] * len(chosen))
+    metrics = {"pairs": float(len(chosen)), "pair_prompts_frac": float(np.mean(accepted.any(1) & ~accepted.all(1))),
+               "accepted_frac": float(accepted.mean())}
+    return pairs, metrics
+
+
+def pool_batch(pool: rm.PairBatch, batch_size: int, rng: np.random.Generator) -> rm.PairBatch:
+    """`batch_size` pairs of `pool` drawn uniformly without replacement (with, when the pool is smaller)."""
+    size = pool.chosen_tokens.shape[0]
+    idx = rng.choice(size, batch_size, replace=size < batch_size)
+    return jax.tree.map(lambda x: x[idx], pool)
+
+
+def train_batch(config, task, tokenizer, step: int, pool: rm.PairBatch | None = None):
+    """The batch of update `step` (a pure function of the seed and step): drawn from the `pool` of sampled pairs
+    (`policy_pairs`) when there is one, else the reference vs corrupted pairs of the step's training problems."""
     rng = np.random.default_rng((config.seed, _TRAIN_STREAM, step))
+    if pool is not None:
+        pairs = pool_batch(pool, config.reward_model.batch_size, rng)
+        return pairs if config.reward_model.objective == "bradley_terry" else as_labelled(pairs)
     examples = task.source.train_examples(step, config.reward_model.batch_size)
     if config.reward_model.objective == "judge":
         return judge_texts(config, tokenizer, examples, rng)
@@ -145,6 +195,10 @@ def _check_task(config) -> None:
     if config.task.name != "arithmetic":
         raise config_lib.ConfigError(f"config.task.name={config.task.name!r}: the reward-model job builds its "
                                      "preference pairs from the 'arithmetic' task only")
+    r = config.reward_model
+    if r.sample_from and r.objective == "judge":
+        raise config_lib.ConfigError(f"config.reward_model.sample_from={r.sample_from!r}: sampled pairs train a scalar "
+                                     "RM (objective 'bradley_terry' or 'bce'), not the generative judge")
 
 
 def judge_token_ids(config, tokenizer) -> tuple[int, int]:
@@ -159,14 +213,35 @@ def judge_token_ids(config, tokenizer) -> tuple[int, int]:
         raise config_lib.ConfigError(f"config.reward_model.objective='judge': {e}") from e
 
 
-def _objective(config, model_cfg, task, tokenizer, optimizer, key):
+def sampled_pairs(config, tokenizer) -> tuple[rm.PairBatch, rm.PairBatch, dict]:
+    """(training pool, held-out pairs, metrics `pool/*` and `held_out/*` of `policy_pairs`) sampled by the policy of
+    `config.reward_model.sample_from` (its last checkpoint) from `sample_prompts` training prompts and the
+    `eval_pairs` held-out ones of its own task."""
+    r = config.reward_model
+    policy = runs.restore_policy(r.sample_from)
+    try:
+        key = jax.random.key(config.seed)
+        source = policy.setup.task.source  # the policy's own task (its held-out split stays held out)
+        train, train_metrics = policy_pairs(config, tokenizer, policy, source.train_examples(0, r.sample_prompts),
+                                            jax.random.fold_in(key, _TRAIN_STREAM))
+        held_out, held_metrics = policy_pairs(config, tokenizer, policy, source.test_examples(r.eval_pairs),
+                                              jax.random.fold_in(key, _EVAL_STREAM))
+    finally:
+        policy.close()
+    return train, held_out, {**{f"pool/{k}": v for k, v in train_metrics.items()},
+                             **{f"held_out/{k}": v for k, v in held_metrics.items()}}
+
+
+def _objective(config, model_cfg, task, tokenizer, optimizer, key, held_out_pairs_=None):
     """(initial params, jitted update, held-out batch, `(params, batch) -> held-out metrics`) of
-    `config.reward_model.objective`: the scalar RM (`rm.init_params`, `rm.make_train_step`, `evaluate`) or, for
-    "judge", the bare decoder as a generative verifier (`generative.make_train_step`, `evaluate_judge`)."""
+    `config.reward_model.objective`: the scalar RM (`rm.init_params`, `rm.make_train_step`, `evaluate`; held-out
+    pairs `held_out_pairs_`, else the corrupted ones) or, for "judge", the bare decoder as a generative verifier
+    (`generative.make_train_step`, `evaluate_judge`)."""
     r = config.reward_model
     params = initial_params(config, model_cfg, key)
     if r.objective != "judge":
-        return (params, rm.make_train_step(model_cfg, optimizer, r.objective), held_out_pairs(config, task, tokenizer),
+        held_out = held_out_pairs_ if held_out_pairs_ is not None else held_out_pairs(config, task, tokenizer)
+        return (params, rm.make_train_step(model_cfg, optimizer, r.objective), held_out,
                 functools.partial(evaluate, model_cfg))
     yes_id, no_id = judge_token_ids(config, tokenizer)
     held_out = judge_texts(config, tokenizer, task.source.test_examples(r.eval_pairs),
@@ -178,14 +253,18 @@ def _objective(config, model_cfg, task, tokenizer, optimizer, key):
 def _train(config, model_cfg, task, tokenizer, writer, key):
     """The training loop -> (params, first and last held-out metrics)."""
     r = config.reward_model
+    pool = held_out = None
+    sample_metrics = {}
+    if r.sample_from:
+        pool, held_out, sample_metrics = sampled_pairs(config, tokenizer)
     optimizer = optim.make_optimizer(r.learning_rate, r.warmup_steps, r.weight_decay, r.grad_clip)
-    params, step_fn, held_out, evaluate_fn = _objective(config, model_cfg, task, tokenizer, optimizer, key)
+    params, step_fn, held_out, evaluate_fn = _objective(config, model_cfg, task, tokenizer, optimizer, key, held_out)
     state = rm.init_state(params, optimizer)
-    first = evaluate_fn(state.params, held_out)
+    first = {**evaluate_fn(state.params, held_out), **sample_metrics}
     writer.write(STAGE, 0, first)
     last = first
     for step in range(1, r.steps + 1):
-        state, metrics = step_fn(state, train_batch(config, task, tokenizer, step))
+        state, metrics = step_fn(state, train_batch(config, task, tokenizer, step, pool))
         if step % config.log_every == 0 or step % r.eval_every == 0 or step == r.steps:
             if step % r.eval_every == 0 or step == r.steps:
                 last = evaluate_fn(state.params, held_out)
@@ -220,6 +299,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "rm_eval_pairwise_accuracy": last["eval/pairwise_accuracy"],
         "rm_eval_pairwise_accuracy_init": first["eval/pairwise_accuracy"],
         "rm_eval_loss": last["eval/loss"],
+        **{k: v for k, v in first.items() if k.startswith(("pool/", "held_out/"))},  # the sampled pairs' counts
         "rm_steps": config.reward_model.steps,
         "objective": config.reward_model.objective,
         "wall_seconds": time.time() - t0,
