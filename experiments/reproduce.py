@@ -341,7 +341,7 @@ def ensure_reward_models(study_name: str, root: str, seeds, workers: int) -> Non
 
 def collect_reward_models(study_name: str, root: str, path: str) -> int:
     """Writes the study's reward models' training records (stage "rm": held-out pairwise accuracy, loss; step 0 with
-    the sampled pairs' counts) to `path`, one per (name, seed, logged step); returns their number."""
+    the sampled pairs' counts) to `path`, one per (RM name as "arm", seed, logged step); returns their number."""
     from rl4llm.analysis import results
     from rl4llm.train import metrics as metrics_lib
 
@@ -351,7 +351,7 @@ def collect_reward_models(study_name: str, root: str, path: str) -> int:
         for seed in study.seeds:
             workdir = reward_model_dir(root, study_name, name, seed)
             if os.path.exists(os.path.join(workdir, "summary.json")):
-                records += [{"rm": name, "seed": seed, **{k: v for k, v in r.items() if k != "stage"}}
+                records += [{"arm": name, "seed": seed, **{k: v for k, v in r.items() if k != "stage"}}
                             for r in metrics_lib.read_metrics(workdir, "rm")]
     return results.write_results(path, records)
 
