@@ -212,18 +212,21 @@ STUDIES = {
         description="Online DPO (Guo et al. 2024) vs GRPO on the main job's task, warm start and rollout budget",
     ),
     # Issue 22's "FAPO's flawed-positive rate before/after": the main job's RL stage with the exact step judge watching
-    # (penalty 0) vs FAPO's penalty on flawed positives (configs/fapo.py), from the main job's warm start, a third of
-    # whose right answers come from a wrong step.
+    # (penalty 0) vs FAPO's penalty on flawed positives (configs/fapo.py) and PROF's filter of 16 from 32 rollouts
+    # (configs/prof.py), from the main job's warm start, a third of whose right answers come from a wrong step.
     "fapo": Study(
-        arms={"grpo": _recipe("default", task__flaw_judge="arithmetic_steps"), "fapo": _recipe("fapo")},
+        arms={"grpo": _recipe("default", task__flaw_judge="arithmetic_steps"), "fapo": _recipe("fapo"),
+              "prof": _recipe("prof")},
         seeds=(0, 1, 2),
         rl_steps=100,
         eval_every=25,
         keys=_COMMON_KEYS + (
             "reward/exact_answer", "judge/flawed_positive_frac", "judge/sound_accuracy", "judge/flawed_frac",
             "judge/penalty_mean", "eval/flawed_positive_frac", "eval/sound_accuracy", "eval/flawed_frac",
-            "eval/sampled_flawed_positive_frac", "eval/sampled_sound_accuracy", "eval/sampled_flawed_frac"),
-        description="FAPO (flawed positives rewarded half-way, exact step judge) vs GRPO with the judge watching",
+            "eval/sampled_flawed_positive_frac", "eval/sampled_sound_accuracy", "eval/sampled_flawed_frac",
+            "selection/prof_generated_accuracy", "selection/prof_kept_accuracy", "selection/prof_balance_gain",
+            "selection/prof_correct_score_generated", "selection/prof_correct_score_kept"),
+        description="FAPO (flawed positives rewarded half-way) and PROF (consistency filter) vs GRPO, exact step judge",
     ),
     # Issue 22's "GRPO with the RM vs with the rule verifier": the main job's RL stage rewarded by the rule verifier, by an
     # outcome RM trained on the warm start's own completions labelled by the verifier (the RLHF pipeline), and by one

@@ -65,6 +65,7 @@ RECIPES = (
     "d3s",
     "iterative_dpo",
     "fapo",
+    "prof",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -131,6 +132,8 @@ MECHANISMS = {
     "iterative_dpo": ("dpo/valid_pair_frac", "ref_reset"),
     # the judge found right answers (the parity reward's) from flawed steps (the nano policy's) and FAPO lowered them
     "fapo": ("judge/flawed_positive_frac", "judge/penalty_mean"),
+    # 8 rollouts per prompt, the 4 kept moved the groups toward half right (the parity reward is ~75 % right)
+    "prof": ("selection/prof_balance_gain", "selection/prof_generated_accuracy"),
 }
 
 
@@ -157,6 +160,7 @@ TINY_SCALE = {
     "tree_opo": {"tree.initial_paths": 1, "tree.branch_points": 1, "tree.branches": 3, "tree.iterations": 1},
     "cure": {"tree.initial_paths": 1, "tree.branch_points": 1, "tree.branches": 3, "tree.iterations": 1},
     "iterative_dpo": {"rl.ref_reset_every": 1},  # a round per RL step: the reset happens within the two steps
+    "prof": {"selection.prof_rollouts": 8},  # the tiny job's groups of 4, from 8
     # ETMR's (4, N=3, B=2) is 28 leaves: here 2 trees forked once; `shrink` replaces the task section, so the
     # pseudo-labels are set again, on a reward with an answer extractor (majority votes need one)
     "ettrl": {"tree.initial_paths": 2, "tree.branch_points": 1, "tree.branches": 1, "tree.iterations": 1,

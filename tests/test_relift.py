@@ -1,4 +1,4 @@
-"""ReLIFT (train.companions.relift, train.rollouts.hardest_questions): the buffer's order by hand, the hardest
+"""ReLIFT (train.companions.relift, with hardest_questions): the buffer's order by hand, the hardest
 questions of hand-built rows, a run whose SFT steps fire on schedule and resume exactly, and config errors."""
 
 import types
@@ -9,7 +9,6 @@ import pytest
 from rl4llm import config as config_lib
 from rl4llm.train import job
 from rl4llm.train import metrics as metrics_lib
-from rl4llm.train import rollouts
 from rl4llm.train.companions import relift
 from rl4llm.train.rows import Rows
 from tests.test_multi_turn import agent_config
@@ -51,13 +50,13 @@ def test_hardest_questions_of_hand_built_rows():
                 main=np.asarray([0, 0, 1, 0, 0, 0], np.float32),  # group 1 has a success
                 components=np.zeros((n, 1), np.float32), hint_chars=np.zeros(n, np.int32), fresh=np.ones(n, bool),
                 off_policy=np.zeros(n, bool), hint_tokens=np.zeros(n, np.int32), solutions=np.asarray(["12", "12", "3", "3", "45", "45"], object))
-    (tokens, attention, mask), metrics = rollouts.hardest_questions(config, setup, rows, np.repeat([0, 1, 2], 2))
+    (tokens, attention, mask), metrics = relift.hardest_questions(config, setup, rows, np.repeat([0, 1, 2], 2))
     assert metrics == {"relift/solve_none": 2 / 3, "relift/too_long": 0.0}
     np.testing.assert_array_equal(tokens, [[0, 5, 6, 1, 2, 9, 0], [0, 0, 4, 4, 5, 9, 0]])
     np.testing.assert_array_equal(attention, [[0, 1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 1, 0]])
     np.testing.assert_array_equal(mask, [[1, 1, 1, 0], [1, 1, 1, 0]])
     config.relift.prompt_tokens = 1  # group 0's prompt (2 tokens) no longer fits: counted, not buffered
-    (tokens, _, _), metrics = rollouts.hardest_questions(config, setup, rows, np.repeat([0, 1, 2], 2))
+    (tokens, _, _), metrics = relift.hardest_questions(config, setup, rows, np.repeat([0, 1, 2], 2))
     np.testing.assert_array_equal(tokens, [[4, 4, 5, 9, 0]])
     assert metrics["relift/too_long"] == 1.0
 

@@ -406,7 +406,7 @@ class Selection:
 
     method: str = param("uniform", "uniform | dynamic_sampling (DAPO) | accuracy_band (PRIME) | dots | bots | insight "
                         "| knapsack | adaptive_difficulty (RLVE) | scaler (SCALER) | std_filter (StarPO-S) "
-                        "| low_likelihood (SELF)", OneOf(selection_lib.METHODS))
+                        "| low_likelihood (SELF) | prof (PROF)", OneOf(selection_lib.METHODS))
     max_gen_rounds: int = param(3, "dynamic_sampling / accuracy_band / low_likelihood: generation (low_likelihood: "
                                 "greedy probe) rounds per step", AtLeast(1))
     acc_low: float = param(0.2, "accuracy_band: keep groups with acc_low <= mean correctness", Between(0.0, 1.0))
@@ -453,6 +453,8 @@ class Selection:
                                         AtLeast(1))
     difficulty_threshold: float = param(0.9, "adaptive_difficulty: h rises when level h's accuracy >= this (RLVE: 0.9)",
                                         Between(0.0, 1.0))
+    prof_rollouts: int = param(32, "prof: rollouts n' of each prompt, of which its num_generations are kept by the "
+                               "process judge (task.flaw_judge)", AtLeast(2))
     std_filter_ratio: float = param(0.25, "std_filter: roll out num_prompts / ratio groups, train on the num_prompts "
                                     "of largest reward std (RAGEN rollout_filter_ratio: 0.25)",
                                     Between(0.0, 1.0, low_open=True))

@@ -409,6 +409,23 @@ def _selection_errors(config) -> list[str]:
                           f"config.selection.difficulty_max={sel.difficulty_max}")
     if method == "std_filter":
         errors += _std_filter_errors(sel.std_filter_ratio, rl.num_prompts, rl.num_generations)
+    if method == "prof":
+        errors += _prof_errors(config)
+    return errors
+
+
+def _prof_errors(config) -> list[str]:
+    """PROF keeps num_generations of prof_rollouts sampled rollouts per prompt by the process judge's scores."""
+    sel, rl, errors = config.selection, config.rl, []
+    if sel.prof_rollouts <= rl.num_generations:
+        errors.append(f"config.selection.prof_rollouts={sel.prof_rollouts}: PROF keeps config.rl.num_generations="
+                      f"{rl.num_generations} of them, so it must be larger")
+    if config.task.flaw_judge == "none":
+        errors.append("config.selection.method='prof': filters by a process judge's scores; set config.task.flaw_judge")
+    for field, value in (("selection.hints", sel.hints), ("rl.off_policy_traces", rl.off_policy_traces),
+                         ("tree.enabled", config.tree.enabled)):
+        if value:
+            errors.append(f"config.{field}={value!r}: PROF filters sampled groups of equal size; not with method 'prof'")
     return errors
 
 

@@ -25,6 +25,8 @@ Methods (``config.selection.method``; formulas from ``shared/papers/rewards_and_
   -- :func:`top_std_groups`.
 * ``low_likelihood`` (SELF): one greedy completion per prompt; the prompts it gets wrong are rolled out, refilled
   over rounds as dynamic sampling -- :func:`keep_greedy_failures`, :func:`choose_groups`.
+* ``prof`` (PROF): n' > G rollouts per prompt, the G kept by the process judge's consistency filter
+  (``rl4llm.rewards.process.prof_kept``).
 
 The per-prompt methods (dots, bots, knapsack) select from a fixed pool of distinct training prompts
 (:func:`build_pool`) whose statistics live in :class:`SelectionState`, a pytree of fixed-shape float32/int32
@@ -49,7 +51,7 @@ import numpy as np
 from scipy import special
 
 METHODS = ("uniform", "dynamic_sampling", "accuracy_band", "dots", "bots", "insight", "knapsack",
-           "adaptive_difficulty", "std_filter", "scaler", "low_likelihood")
+           "adaptive_difficulty", "std_filter", "scaler", "low_likelihood", "prof")
 # Methods that refill the batch over several generation rounds, and those that select from the prompt pool.
 REFILL_METHODS = ("dynamic_sampling", "accuracy_band")
 POOL_METHODS = ("dots", "bots", "insight", "knapsack")

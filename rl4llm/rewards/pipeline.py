@@ -10,10 +10,10 @@ each step optional:
 2. **main** reward and every **extra** component, each batch scored by a ``BatchScorer`` (process pool with a hard
    per-call timeout, or inline);
 3. **combination** ``main + Σ w_k extra_k`` or its ``if_correct`` form (``rl4llm.rewards.combine.combine``);
-4. **process judge** (``flaw_judge``, ``rl4llm.rewards.process.JUDGES``): each completion's first flawed step, logged
-   as ``judge/*`` (flawed positives: correct answers from flawed steps), and with ``flaw_penalty`` λ > 0 FAPO's
-   ``R − λ·1[flawed positive]`` (``process.fapo_rewards``; ``judge/penalty_mean``: the mean reward it took); it
-   reads the prompts;
+4. **process judge** (``flaw_judge``, ``rl4llm.rewards.process.JUDGES``): with its verdicts (each completion's first
+   flawed step, judged by the caller, who has the prompts) flawed positives (correct answers from flawed steps) are
+   logged as ``judge/*``, and with ``flaw_penalty`` λ > 0 FAPO's ``R − λ·1[flawed positive]`` is applied
+   (``process.fapo_rewards``; ``judge/penalty_mean``: the mean reward it took);
 5. **length shaping** by name (``rl4llm.rewards.length.LENGTH_SHAPING``) with its hyper-parameters, applied to
    the combined reward only: the components never carry it.
 
@@ -70,7 +70,6 @@ class RewardPipeline:
         if spec.flaw_penalty and spec.flaw_judge == "none":
             raise ValueError(f"flaw_penalty={spec.flaw_penalty} needs a flaw_judge")
         self.spec = spec
-        self.judge = process_lib.JUDGES.get(spec.flaw_judge)
 
         def scorer(name: str) -> pool_lib.BatchScorer:
             reward_fn = rewards.get_reward(name)
@@ -91,10 +90,10 @@ class RewardPipeline:
         group_ids: np.ndarray,
         *,
         max_length: int,
-        prompts: Sequence[str] | None = None,
+        first_flaws: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float]]:
         """(rewards [N] float32, main component [N] float32, components [N, K] float32, metrics) of one batch;
-        `prompts` [N] (the text each completion answers) are needed by a process judge only.
+        `first_flaws` [N] int: the process judge's verdicts (`process.first_flaws`; -1 sound), needed with a judge.
 
         ``components[:, 0]`` is the main reward and ``components[:, k]`` the k-th extra reward in config order,
         unweighted and as it enters the combination (``if_correct``: ``1[main >= 1] · extra_k``), so that before
@@ -124,10 +123,10 @@ class RewardPipeline:
             scores = combine_lib.combine(main, extras, dict(self.spec.extra_weights), mode=self.spec.extra_mode)
             metrics[f"reward/{self.spec.reward}"] = float(main.mean())
         components = np.stack([main, *combine_lib.conditioned(main, extras, mode=self.spec.extra_mode).values()], -1)
-        if self.judge is not None:
-            if prompts is None:
-                raise ValueError(f"flaw_judge={self.spec.flaw_judge!r} reads the prompts: pass prompts=")
-            correct, flawed = main >= 1.0, process_lib.first_flaws(self.judge, prompts, texts) >= 0
+        if self.spec.flaw_judge != "none":
+            if first_flaws is None:
+                raise ValueError(f"flaw_judge={self.spec.flaw_judge!r}: pass its verdicts, first_flaws=")
+            correct, flawed = main >= 1.0, np.asarray(first_flaws) >= 0
             metrics.update(process_lib.flaw_metrics(correct, flawed, "judge/"))
             if self.spec.flaw_penalty:
                 penalised = process_lib.fapo_rewards(scores, correct, flawed, self.spec.flaw_penalty)

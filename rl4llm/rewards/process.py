@@ -40,6 +40,32 @@ def first_flaws(judge: Judge, prompts: Sequence[str], completions: Sequence[str]
     return np.array([judge(p, c) for p, c in zip(prompts, completions)], np.int64)
 
 
+def sound_prefix(first_flaws: np.ndarray, num_steps: np.ndarray) -> np.ndarray:
+    """[N] float in [0, 1]: the share of each response's steps before its first flawed one, 1 when sound — the process
+    score of a response under a judge that names only the first flaw (PROF averages a PRM's step scores instead).
+    `num_steps` [N]: each response's segments (steps and final answer), >= 1."""
+    steps = np.maximum(np.asarray(num_steps, np.float64), 1.0)
+    return np.where(first_flaws < 0, 1.0, np.minimum(first_flaws, steps) / steps).astype(np.float32)
+
+
+def prof_kept(correct: np.ndarray, process_scores: np.ndarray, keep: int) -> np.ndarray:
+    """PROF's consistency filter (Ye et al. 2025, "Beyond Correctness: Harmonizing Process and Outcome Rewards through
+    RL Training") on one prompt's n' > `keep` responses: the indices (ascending) of the `keep` it trains on.
+
+    Kept correct k_c = clip(⌈keep/2⌉, keep − #wrong, #correct), kept wrong k_w = keep − k_c: as balanced between right
+    and wrong as the counts allow (the README: "the number to remove ... balances the correct-incorrect ratio"; the
+    odd one goes to the correct side — our choice). Removed: the correct responses of LOWEST process score and the
+    wrong ones of HIGHEST (the "deceptive" ones); ties by index (the earlier is kept). `correct` [n'] bool,
+    `process_scores` [n'] float."""
+    correct = np.asarray(correct, bool)
+    scores = np.asarray(process_scores, np.float64)
+    right, wrong = np.flatnonzero(correct), np.flatnonzero(~correct)
+    keep_right = int(np.clip((keep + 1) // 2, keep - wrong.size, right.size))
+    best_right = right[np.argsort(-scores[right], kind="stable")[:keep_right]]
+    least_wrong = wrong[np.argsort(scores[wrong], kind="stable")[:keep - keep_right]]
+    return np.sort(np.concatenate([best_right, least_wrong]))
+
+
 def fapo_rewards(rewards: np.ndarray, correct: np.ndarray, flawed: np.ndarray, penalty: float) -> np.ndarray:
     """R − λ · 1[correct ∧ flawed] [N] (FAPO's R_Δ; module docstring): `rewards` [N], `correct` [N] bool (the verifier
     accepts the answer), `flawed` [N] bool (the judge flags a step), λ = `penalty`."""

@@ -8,6 +8,8 @@ of `rl4llm.data.difficulty` and `rl4llm.data.selection`).
 * `std_filter` (StarPO-S, RAGEN): num_prompts / ratio groups rolled out, the num_prompts of largest within-group
   reward std trained on, the rest dropped.
 * `low_likelihood` (SELF): one greedy completion per prompt, and the prompts it gets wrong rolled out.
+* `prof` (PROF): n' = `prof_rollouts` rollouts per prompt, num_generations kept by the process judge's consistency
+  filter (`rewards.process.prof_kept`).
 
 A collector is `collect(selector, state, step, key, generate) -> (Collected, new state)`; it draws its choices from
 `selection.rng(seed, step, ·)` and the step key, so a resumed run collects what the uninterrupted run would have.
@@ -20,6 +22,7 @@ import numpy as np
 
 from rl4llm.data import difficulty
 from rl4llm.data import selection as selection_lib
+from rl4llm.rewards import process
 from rl4llm.train.rows import take
 
 LEVELS = 3  # the sub-stream of selection_lib.rng(seed, step, ·) that draws difficulty levels
@@ -116,5 +119,38 @@ def collect_low_likelihood(selector, state, step: int, key, generate):
     return collected, state
 
 
+def collect_prof(selector, state, step: int, key, generate):
+    """PROF: the uniform step's prompts, n' = `selection.prof_rollouts` rollouts each, and in each group the G =
+    num_generations kept by `process.prof_kept` (the correct ones of highest and the wrong ones of lowest process
+    score, `Rows.process_scores` from `config.task.flaw_judge`, as balanced as the counts allow); the advantages are
+    then the kept groups'. Logs `selection/prof_generated_accuracy` and `selection/prof_kept_accuracy` (main reward
+    before / after), `selection/prof_balance_gain` (the groups' mean |accuracy − ½| before minus after), and the mean
+    process score of the correct rollouts before / after
+    (`selection/prof_correct_score_generated`, `selection/prof_correct_score_kept`; 0 when a step has none)."""
+    b, g, n = selector.num_prompts, selector.num_generations, selector.sel.prof_rollouts
+    examples = selector.stream_examples(step, b)
+    rows, metrics = generate([e.prompt for e in examples], [e.answer for e in examples], np.full(b, n), key,
+                             [""] * b, solutions=[e.solution for e in examples])
+    correct = rows.main >= 1.0
+    groups = [slice(i * n, (i + 1) * n) for i in range(b)]
+    kept = np.concatenate([i * n + process.prof_kept(correct[group], rows.process_scores[group], g)
+                           for i, group in enumerate(groups)])
+
+    def correct_score(idx):
+        right = idx[correct[idx]]
+        return float(rows.process_scores[right].mean()) if right.size else 0.0
+
+    metrics.update({
+        "selection/prof_generated_accuracy": float(correct.mean()),
+        "selection/prof_kept_accuracy": float(correct[kept].mean()),
+        # how much closer to half right the kept groups are than the sampled ones (the filter's balancing acting)
+        "selection/prof_balance_gain": float(np.mean(np.abs(correct.reshape(b, n).mean(1) - 0.5))
+                                             - np.mean(np.abs(correct[kept].reshape(b, g).mean(1) - 0.5))),
+        "selection/prof_correct_score_generated": correct_score(np.arange(b * n)),
+        "selection/prof_correct_score_kept": correct_score(kept),
+    })
+    return selector.finish(take(rows, kept), metrics, generated=rows), state
+
+
 COLLECTORS = {"adaptive_difficulty": collect_adaptive, "scaler": collect_scaler, "std_filter": collect_std_filter,
-              "low_likelihood": collect_low_likelihood}
+              "low_likelihood": collect_low_likelihood, "prof": collect_prof}

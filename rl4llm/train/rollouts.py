@@ -15,10 +15,12 @@ from rl4llm import sampling
 from rl4llm.config import validation as config_lib
 from rl4llm.sampling import tree as sampling_tree
 from rl4llm.rewards import combine as combine_lib
+from rl4llm.rewards import process as process_lib
 from rl4llm.train import batches
 from rl4llm.train import prompt_selection
 from rl4llm.train import rows as rows_lib
 from rl4llm.train import teacher as teacher_lib
+from rl4llm.train.companions import relift
 from rl4llm.train.setup import Setup
 from rl4llm.verifiers import generative as generative_lib
 
@@ -85,24 +87,29 @@ def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, c
           group_ids: np.ndarray, prefixes=None):
     """Host rewards of the rows `[prompt | completion]` ([N, P], [N, T] host arrays; the batch scored in one
     pipeline call and, with `config.reward_model.checkpoint`, one RM call: `with_reward_model`).
-    `prompts` [N]: each row's prompt text (a process judge reads it); `prefixes` [N]: text scored before each
-    completion (a hint the prompt already holds), or None.
+    `prompts` [N]: each row's prompt text (the process judge reads it, `config.task.flaw_judge`); `prefixes` [N]: text
+    scored before each completion (a hint the prompt already holds), or None.
 
-    Returns (rewards [N], main reward [N], reward components [N, K], reward metrics).
+    Returns (rewards [N], main reward [N], reward components [N, K], reward metrics, process scores [N] float32 (the
+    judge's `process.sound_prefix` of each row; None without a judge)).
     """
     texts = batches.decode_completions(setup.tokenizer, completion_tokens, completion_mask)
     if prefixes is not None:
         texts = [prefix + text for prefix, text in zip(prefixes, texts)]
+    first_flaws = process_scores = None
+    if config.task.flaw_judge != "none":
+        first_flaws = process_lib.first_flaws(process_lib.JUDGES[config.task.flaw_judge], prompts, texts)
+        process_scores = process_lib.sound_prefix(first_flaws, np.array([t.count(";") + 1 for t in texts]))
     scores, main, components, metrics = setup.rewards.score(
-        texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens, prompts=prompts
-    )
+        texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens,
+        first_flaws=first_flaws)
     if setup.reward_model is not None:
         tokens, mask = batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask)
         scores = with_reward_model(config, setup, tokens, mask, scores, main, metrics)
     if setup.verifier is not None:
         questions = batches.decode_completions(setup.tokenizer, prompt_tokens, prompt_mask)
         scores = with_verifier(config, setup, questions, answers, texts, scores, main, group_ids, metrics)
-    return scores, main, components, metrics
+    return scores, main, components, metrics, process_scores
 
 
 def with_verifier(config, setup: Setup, questions, answers, texts, rewards, main, group_ids, metrics: dict
@@ -207,7 +214,7 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
         completions, sizes = with_traces(config, setup, completions, counts, traces, stopped)
     group_ids = np.repeat(np.arange(len(prompts)), sizes)
     row_tokens, row_mask = prompt_tokens[group_ids], prompt_mask[group_ids]
-    scores, main, components, reward_metrics = score(
+    scores, main, components, reward_metrics, process_scores = score(
         config, setup, row_tokens, row_mask, completions["completion_tokens"], completions["completion_mask"],
         np.repeat(prompts, sizes).tolist(), np.repeat(answers, sizes).tolist(), group_ids, np.repeat(prefixes, sizes).tolist() if any(prefixes) else None,
     )
@@ -216,6 +223,7 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
         hint_chars=np.zeros(len(scores), np.int32), hint_tokens=np.zeros(len(scores), np.int32),
         fresh=np.ones(len(scores), bool), **completions,
         solutions=None if solutions is None else np.repeat(np.asarray(solutions, object), sizes),
+        process_scores=process_scores,
     )
     return rows, {**reward_metrics, **sampler_metrics}
 
@@ -287,38 +295,6 @@ def check_prompt_groups(rows: prompt_selection.Rows, group_ids: np.ndarray, prom
                          f"--config.rl.shared_prompt_forward=False and report the config.")
 
 
-def hardest_questions(config, setup: Setup, rows: prompt_selection.Rows, group_ids: np.ndarray):
-    """ReLIFT's new buffer rows: one per group all of whose fresh rollouts fail (main reward <= 0; ReLIFT's
-    "solve none"), as an SFT example of its prompt (left-padded to `relift.prompt_tokens`) and its reference
-    solution + eos (right-padded to `sampling.max_new_tokens`, cut beyond). -> ((tokens [k, W+T] int32, attention
-    [k, W+T] int32, completion mask [k, T] float32), metrics relift/solve_none (share of groups) and relift/too_long
-    (hardest prompts longer than W, not buffered)), or (None, {}) when ReLIFT is off."""
-    if not config.relift.batch_size:
-        return None, {}
-    width, t = config.relift.prompt_tokens, config.sampling.max_new_tokens
-    fresh = rows.fresh & ~rows.off_policy
-    groups = np.unique(group_ids)
-    hardest = [g for g in groups if fresh[group_ids == g].any() and (rows.main[(group_ids == g) & fresh] <= 0).all()]
-    prompt_tokens = np.full((0, width), setup.tokenizer.pad_id, np.int32)
-    prompt_mask, solutions, too_long = np.zeros((0, width), bool), [], 0
-    for g in hardest:
-        row = int(np.flatnonzero(group_ids == g)[0])
-        prompt = rows.prompt_tokens[row][rows.prompt_mask[row]]
-        if prompt.size > width or rows.solutions is None:
-            too_long += int(prompt.size > width)
-            continue
-        padded = np.full((1, width), setup.tokenizer.pad_id, np.int32)
-        padded[0, width - prompt.size:] = prompt
-        prompt_tokens = np.concatenate([prompt_tokens, padded])
-        prompt_mask = np.concatenate([prompt_mask, np.arange(width)[None, :] >= width - prompt.size])
-        solutions.append(str(rows.solutions[row]))
-    metrics = {"relift/solve_none": len(hardest) / max(len(groups), 1), "relift/too_long": float(too_long)}
-    completion_tokens, completion_mask = batches.encode_completions(setup.tokenizer, solutions, t, truncate=True)
-    tokens = np.concatenate([prompt_tokens, completion_tokens], axis=1).astype(np.int32)
-    attention = np.concatenate([prompt_mask, completion_mask > 0], axis=1).astype(np.int32)
-    return (tokens, attention, completion_mask.astype(np.float32)), metrics
-
-
 def rollout_and_score(config, setup: Setup, params, step: int, key, selection_state=None, entropy_stats=None):
     """The step's rollouts under `config.selection` (`prompt_selection.Selector.collect`: uniform prompts with G
     completions each by default), scored on the host; `entropy_stats`: HAPO's adaptive temperature's, else None.
@@ -326,7 +302,7 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
     Returns (rollout, scores [N], reward components [N, K], group ids [N], off-policy tokens [N, T] bool
     (`rows.off_policy_tokens`), tree node ids
     [N, T+1] (tree rollouts, config.tree; else None), host metrics, new selection state, ReLIFT's new buffer rows
-    (`hardest_questions`; None when off)).
+    (`companions.relift.hardest_questions`; None when off)).
     """
     generate = functools.partial(generate_rows, config, setup, params, entropy_stats=entropy_stats)
     collected, selection_state = setup.selector.collect(selection_state, step, key, generate)
@@ -342,6 +318,6 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
         finished=jnp.asarray(rows.finished),
         num_decode_steps=jnp.asarray(config.sampling.max_new_tokens - 1, jnp.int32),  # an upper bound
     )
-    relift_rows, relift_metrics = hardest_questions(config, setup, rows, collected.group_ids)
+    relift_rows, relift_metrics = relift.hardest_questions(config, setup, rows, collected.group_ids)
     return (rollout, rows.scores, rows.components, collected.group_ids, rows_lib.off_policy_tokens(rows),
             rows.tree_nodes, {**collected.metrics, **relift_metrics}, selection_state, relift_rows)

@@ -28,6 +28,7 @@ class Rows:
     hint_tokens: np.ndarray  # [n] int32: leading completion tokens that are the hint, not sampled (Guide), else 0
     tree_nodes: np.ndarray | None = None  # [n, T+1] int32: tree rollouts' node ids (config.tree; rl.tree), else None
     solutions: np.ndarray | None = None  # [n] object: the row's example's reference solution (ReLIFT), else None
+    process_scores: np.ndarray | None = None  # [n] float32: the process judge's score (task.flaw_judge; PROF), else None
 
 
 def off_policy_tokens(rows: Rows) -> np.ndarray:

@@ -35,7 +35,7 @@ class RolloutBatch:
     selection: Any = None  # the prompt selection's state after choosing this step's prompts (config.selection), or None
     reward_components: Any = None  # re-weighted runs: companions.reward_weighting.ComponentBatch, else None
     entropy_stats: Any = None  # HAPO's adaptive temperature: this step's stats for the next (companions), else None
-    relift_rows: Any = None  # ReLIFT: this step's hardest questions as SFT rows (rollouts.hardest_questions), else None
+    relift_rows: Any = None  # ReLIFT: this step's hardest questions as SFT rows (relift.hardest_questions), else None
 
 
 def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatch, step: int):

@@ -2,7 +2,7 @@
 Questions"; TheRoadQaQ/ReLIFT `relift/trainer.py`, `relift/actor.py`).
 
 Each RL step, every question all of whose rollouts fail (ReLIFT's "solve none": main reward <= 0) joins a buffer
-with its reference solution (`train.rollouts.hardest_questions`; ReLIFT's demonstrations are a dataset field, here the
+with its reference solution (`hardest_questions`; ReLIFT's demonstrations are a dataset field, here the
 task's reference solutions), newest first. After the step's RL updates, when the buffer holds `relift.batch_size`
 questions, one SFT step on the newest `batch_size` of them, with its own AdamW (`relift.learning_rate`, no warm-up
 or schedule, `relift.grad_clip`), minimising the token-mean NLL of the solutions minus `relift.entropy_coef` x their
@@ -26,6 +26,7 @@ import optax
 
 from rl4llm.models import lora
 from rl4llm.rl.aggregation import masked_mean
+from rl4llm.train import batches
 from rl4llm.train import logprobs as logprobs_lib
 from rl4llm.train import optim
 
@@ -125,3 +126,35 @@ def after_step(config, programs, state, rollouts, step: int, metrics: dict, upda
                             completion_mask=jnp.asarray(buffer[2]), count=jnp.asarray(count, jnp.int32),
                             opt_state=opt_state)
     return state.replace(params=params).with_extras(relift=relift)
+
+
+def hardest_questions(config, setup, rows, group_ids: np.ndarray):
+    """ReLIFT's new buffer rows: one per group all of whose fresh rollouts fail (main reward <= 0; ReLIFT's
+    "solve none"), as an SFT example of its prompt (left-padded to `relift.prompt_tokens`) and its reference
+    solution + eos (right-padded to `sampling.max_new_tokens`, cut beyond). -> ((tokens [k, W+T] int32, attention
+    [k, W+T] int32, completion mask [k, T] float32), metrics relift/solve_none (share of groups) and relift/too_long
+    (hardest prompts longer than W, not buffered)), or (None, {}) when ReLIFT is off."""
+    if not config.relift.batch_size:
+        return None, {}
+    width, t = config.relift.prompt_tokens, config.sampling.max_new_tokens
+    fresh = rows.fresh & ~rows.off_policy
+    groups = np.unique(group_ids)
+    hardest = [g for g in groups if fresh[group_ids == g].any() and (rows.main[(group_ids == g) & fresh] <= 0).all()]
+    prompt_tokens = np.full((0, width), setup.tokenizer.pad_id, np.int32)
+    prompt_mask, solutions, too_long = np.zeros((0, width), bool), [], 0
+    for g in hardest:
+        row = int(np.flatnonzero(group_ids == g)[0])
+        prompt = rows.prompt_tokens[row][rows.prompt_mask[row]]
+        if prompt.size > width or rows.solutions is None:
+            too_long += int(prompt.size > width)
+            continue
+        padded = np.full((1, width), setup.tokenizer.pad_id, np.int32)
+        padded[0, width - prompt.size:] = prompt
+        prompt_tokens = np.concatenate([prompt_tokens, padded])
+        prompt_mask = np.concatenate([prompt_mask, np.arange(width)[None, :] >= width - prompt.size])
+        solutions.append(str(rows.solutions[row]))
+    metrics = {"relift/solve_none": len(hardest) / max(len(groups), 1), "relift/too_long": float(too_long)}
+    completion_tokens, completion_mask = batches.encode_completions(setup.tokenizer, solutions, t, truncate=True)
+    tokens = np.concatenate([prompt_tokens, completion_tokens], axis=1).astype(np.int32)
+    attention = np.concatenate([prompt_mask, completion_mask > 0], axis=1).astype(np.int32)
+    return (tokens, attention, completion_mask.astype(np.float32)), metrics

@@ -1,6 +1,9 @@
-"""FAPO (rl4llm.rewards.process): the arithmetic process judge on hand-built answers and on the task's own
+"""Process judges (rl4llm.rewards.process): the arithmetic judge on hand-built answers and on the task's own
 corruptions, the flawed-positive penalty by hand and under GRPO's group normalisation (the paper's sign rule), the
-reward pipeline and the evaluation with a judge, and the config errors."""
+reward pipeline and the evaluation with a judge, PROF's consistency filter (hand cases and its properties), and the
+config errors."""
+
+import dataclasses
 
 import jax
 import numpy as np
@@ -99,9 +102,10 @@ def test_flaw_metrics_hand_case():
 
 def _pipeline_score(spec, texts, prompts=None):
     answers = ["11"] * len(texts)
+    flaws = None if prompts is None else process.first_flaws(arithmetic.first_flawed_step, prompts, texts)
     with pipeline.RewardPipeline(spec) as p:
         return p.score(texts, answers, np.array([len(t) for t in texts]), np.zeros(len(texts), np.int32),
-                       max_length=32, prompts=prompts)
+                       max_length=32, first_flaws=flaws)
 
 
 def test_pipeline_penalises_flawed_positives_only():
@@ -118,7 +122,7 @@ def test_pipeline_penalises_flawed_positives_only():
     np.testing.assert_array_equal(main, [1, 1, 0, 0])  # correctness is the verifier's
     np.testing.assert_array_equal(components[:, 0], [1, 1, 0, 0])
     assert metrics["judge/penalty_mean"] == 0.125 and metrics["reward/exact_answer"] == 0.5
-    with pytest.raises(ValueError, match="reads the prompts"):
+    with pytest.raises(ValueError, match="pass its verdicts"):
         _pipeline_score(fapo, texts)
     with pytest.raises(ValueError, match="needs a flaw_judge"):
         pipeline.RewardPipeline(pipeline.RewardSpec("exact_answer", flaw_penalty=0.5))
@@ -133,7 +137,6 @@ def test_evaluation_reports_the_judges_flaw_metrics(tmp_path):
     examples = setup.eval_examples
     key = jax.random.key(3)
     args = (setup.model_cfg, params, setup.tokenizer, examples, key)
-    import dataclasses
 
     judged = dataclasses.replace(setup.eval_spec, flaw_judge=arithmetic.first_flawed_step)
     plain, metrics = (evaluate_lib.evaluate(*args, spec, setup.score_fn) for spec in (setup.eval_spec, judged))
@@ -174,3 +177,63 @@ def test_the_recipe_is_fapo_on_the_default_run():
     parsed = config_lib.parse(fapo.get_config())
     assert (parsed.task.flaw_judge, parsed.task.flaw_penalty) == ("arithmetic_steps", 0.5)
     assert parsed.replace(task={"flaw_judge": "none", "flaw_penalty": 0.0}) == config_lib.parse(default.get_config())
+
+
+# ------------------------------------------------------------------------------------------------ PROF
+
+
+def test_sound_prefix_hand_cases():
+    first_flaws = np.array([-1, 0, 2, 3, 5])
+    steps = np.array([4, 4, 4, 4, 3])
+    np.testing.assert_allclose(process.sound_prefix(first_flaws, steps), [1.0, 0.0, 0.5, 0.75, 1.0])
+
+
+@pytest.mark.parametrize("correct, scores, keep, kept", [
+    # 3 right, 5 wrong, keep 4: the 2 right of highest score, the 2 wrong of lowest
+    ([1, 1, 1, 0, 0, 0, 0, 0], [0.2, 1.0, 0.6, 0.9, 0.1, 0.5, 0.0, 0.3], 4, [1, 2, 4, 6]),
+    ([1, 1, 1, 1], [0.5, 1.0, 0.5, 0.2], 2, [0, 1]),  # all right: the best two, the tie to the earlier
+    ([0, 0, 1, 0, 0], [0.9, 0.1, 0.0, 0.4, 0.4], 3, [1, 2, 3]),  # one right: kept whatever its score
+    ([1, 0, 1], [0.3, 0.3, 0.7], 1, [2]),  # keep 1: the odd one goes to the right side
+])
+def test_prof_kept_hand_cases(correct, scores, keep, kept):
+    np.testing.assert_array_equal(process.prof_kept(np.array(correct, bool), np.array(scores), keep), kept)
+
+
+def test_prof_kept_properties():
+    """PROF's unit test: `keep` rows, as balanced as the counts allow, and no kept right answer scores below a removed
+    right one, no kept wrong answer above a removed wrong one."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(2, 17))
+        keep = int(rng.integers(1, n))
+        correct = rng.random(n) < rng.random()
+        scores = np.round(rng.random(n), 1)  # ties
+        kept = process.prof_kept(correct, scores, keep)
+        assert kept.size == keep == np.unique(kept).size
+        k_right = int(correct[kept].sum())
+        best = min(abs(2 * k - keep) for k in range(max(0, keep - (~correct).sum()), min(correct.sum(), keep) + 1))
+        assert abs(2 * k_right - keep) == best
+        removed = np.setdiff1d(np.arange(n), kept)
+        for side, worse in ((correct, np.less), (~correct, np.greater)):
+            kept_side, removed_side = scores[kept[side[kept]]], scores[removed[side[removed]]]
+            if kept_side.size and removed_side.size:
+                assert not worse(kept_side.min() if worse is np.less else kept_side.max(),
+                                 removed_side.max() if worse is np.less else removed_side.min())
+
+
+def test_prof_config_errors():
+    config = default.get_config()
+    config.selection.method = "prof"
+    config.selection.prof_rollouts = 16
+    config.rl.off_policy_traces = 2
+    with pytest.raises(config_lib.ConfigError) as e:
+        config_lib.parse(config)
+    for expected in ("config.selection.prof_rollouts=16: PROF keeps config.rl.num_generations=16",
+                     "config.selection.method='prof': filters by a process judge's scores",
+                     "config.rl.off_policy_traces=2: PROF filters sampled groups"):
+        assert expected in str(e.value), (expected, str(e.value))
+    from configs import prof
+
+    parsed = config_lib.parse(prof.get_config())
+    assert (parsed.selection.method, parsed.selection.prof_rollouts, parsed.task.flaw_judge) == (
+        "prof", 32, "arithmetic_steps")
