@@ -21,6 +21,9 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/fapo.py --workdir=/tmp/rl4llm/fapo
+    Result (notebooks/07_reward_loop.ipynb, study fapo: the main job's warm start, whose sampled right answers are 30 %
+    flawed positives, 100 steps, 3 seeds): greedy 0.826 ± 0.014 vs GRPO's 0.784 ± 0.011, sampled sound accuracy
+    0.561 ± 0.013 vs 0.532 ± 0.013, sampled flawed positives 6.2 ± 1.0 % of the right answers vs 7.5 ± 1.1 %.
     """
     c = default.get_config()
     c.task.flaw_judge = "arithmetic_steps"

@@ -150,3 +150,7 @@ def test_pairs_sampled_from_a_policy_are_its_accepted_vs_rejected_completions(tm
     c.reward_model.objective = "judge"
     with pytest.raises(config_lib.ConfigError, match="sampled pairs train a scalar RM"):
         reward_model_job.run(c, str(tmp_path / "judge"))
+    c.reward_model.objective = "bradley_terry"
+    c.reward_model.sample_from = str(tmp_path / "nothing")
+    with pytest.raises(config_lib.ConfigError, match="config.reward_model.sample_from=.*nothing"):
+        reward_model_job.run(c, str(tmp_path / "missing"))

@@ -218,7 +218,10 @@ def sampled_pairs(config, tokenizer) -> tuple[rm.PairBatch, rm.PairBatch, dict]:
     `config.reward_model.sample_from` (its last checkpoint) from `sample_prompts` training prompts and the
     `eval_pairs` held-out ones of its own task."""
     r = config.reward_model
-    policy = runs.restore_policy(r.sample_from)
+    try:
+        policy = runs.restore_policy(r.sample_from)
+    except FileNotFoundError as e:
+        raise config_lib.ConfigError(f"config.reward_model.sample_from={r.sample_from!r}: {e}") from e
     try:
         key = jax.random.key(config.seed)
         source = policy.setup.task.source  # the policy's own task (its held-out split stays held out)
