@@ -305,11 +305,13 @@ def reward_model_config(study: Study, name: str, seed: int, root: str):
 
 
 def train_reward_model(study_name: str, name: str, seed: int, root: str) -> None:
-    """One reward model of the study (`reward_model_job.run`), in a fresh directory (the job does not resume)."""
+    """One reward model of the study (`reward_model_job.run`), in a fresh directory (the job does not resume), with the
+    warm start's tokenizer, which every run of the study reads (the task's tokenizer is trained on the seed's corpus)."""
     from rl4llm.train import reward_model_job
 
     workdir = reward_model_dir(root, study_name, name, seed)
     shutil.rmtree(workdir, ignore_errors=True)  # an interrupted RM job starts again
+    shutil.copytree(os.path.join(warm_start_dir(root), "tokenizer"), os.path.join(workdir, "tokenizer"))
     reward_model_job.run(reward_model_config(STUDIES[study_name], name, seed, root), workdir)
 
 
