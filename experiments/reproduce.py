@@ -213,10 +213,11 @@ STUDIES = {
     ),
     # Issue 22's "FAPO's flawed-positive rate before/after": the main job's RL stage with the exact step judge watching
     # (penalty 0) vs FAPO's penalty on flawed positives (configs/fapo.py) and PROF's filter of 16 from 32 rollouts
-    # (configs/prof.py), from the main job's warm start, a third of whose right answers come from a wrong step.
+    # (configs/prof.py), and PROF's balancing alone (the same counts kept in sampled order: its process score's share),
+    # from the main job's warm start, a third of whose right answers come from a wrong step.
     "fapo": Study(
         arms={"grpo": _recipe("default", task__flaw_judge="arithmetic_steps"), "fapo": _recipe("fapo"),
-              "prof": _recipe("prof")},
+              "prof": _recipe("prof"), "prof_balance_only": _recipe("prof", selection__prof_balance_only=True)},
         seeds=(0, 1, 2),
         rl_steps=100,
         eval_every=25,

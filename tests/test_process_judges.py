@@ -221,6 +221,12 @@ def test_prof_kept_properties():
                                  removed_side.max() if worse is np.less else removed_side.min())
 
 
+def test_prof_balance_only_keeps_the_counts_in_sampled_order():
+    """The ablation's choice is `prof_kept` with equal scores: the same balanced counts, each side's first rows."""
+    correct = np.array([1, 1, 1, 0, 0, 0, 0, 0], bool)
+    np.testing.assert_array_equal(process.prof_kept(correct, np.zeros(8), 4), [0, 1, 3, 4])
+
+
 def test_prof_config_errors():
     config = default.get_config()
     config.selection.method = "prof"

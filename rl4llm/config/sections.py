@@ -455,6 +455,8 @@ class Selection:
                                         Between(0.0, 1.0))
     prof_rollouts: int = param(32, "prof: rollouts n' of each prompt, of which its num_generations are kept by the "
                                "process judge (task.flaw_judge)", AtLeast(2))
+    prof_balance_only: bool = param(False, "prof ablation: the same balanced counts, each side's rows in sampled order "
+                                    "(the process score ignored)", Boolean())
     std_filter_ratio: float = param(0.25, "std_filter: roll out num_prompts / ratio groups, train on the num_prompts "
                                     "of largest reward std (RAGEN rollout_filter_ratio: 0.25)",
                                     Between(0.0, 1.0, low_open=True))

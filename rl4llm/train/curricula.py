@@ -126,14 +126,17 @@ def collect_prof(selector, state, step: int, key, generate):
     then the kept groups'. Logs `selection/prof_generated_accuracy` and `selection/prof_kept_accuracy` (main reward
     before / after), `selection/prof_balance_gain` (the groups' mean |accuracy − ½| before minus after), and the mean
     process score of the correct rollouts before / after
-    (`selection/prof_correct_score_generated`, `selection/prof_correct_score_kept`; 0 when a step has none)."""
+    (`selection/prof_correct_score_generated`, `selection/prof_correct_score_kept`; 0 when a step has none).
+    `selection.prof_balance_only` (an ablation) keeps the same counts of each side in sampled order (the samples are
+    i.i.d., so a random choice), separating PROF's balancing from its process filtering."""
     b, g, n = selector.num_prompts, selector.num_generations, selector.sel.prof_rollouts
     examples = selector.stream_examples(step, b)
     rows, metrics = generate([e.prompt for e in examples], [e.answer for e in examples], np.full(b, n), key,
                              [""] * b, solutions=[e.solution for e in examples])
     correct = rows.main >= 1.0
+    order = np.zeros(b * n) if selector.sel.prof_balance_only else rows.process_scores  # zeros: sampled order
     groups = [slice(i * n, (i + 1) * n) for i in range(b)]
-    kept = np.concatenate([i * n + process.prof_kept(correct[group], rows.process_scores[group], g)
+    kept = np.concatenate([i * n + process.prof_kept(correct[group], order[group], g)
                            for i, group in enumerate(groups)])
 
     def correct_score(idx):
