@@ -20,6 +20,10 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/prof.py --workdir=/tmp/rl4llm/prof
+    Result (notebooks/07_reward_loop.ipynb, study fapo, 100 steps, 3 seeds): greedy 0.826 ± 0.006, pass@1 0.616 ±
+    0.008, sampled sound accuracy 0.583 ± 0.010, flawed positives 5.3 ± 1.1 % of right answers, against GRPO's 0.784,
+    0.574, 0.532, 7.5 % (256 rollouts a step to PROF's 512); the ablation `selection.prof_balance_only=True` (the same
+    counts in sampled order) reached 0.804, 0.603, 0.561, 6.9 %: most of the gain is the balancing.
     """
     c = default.get_config()
     c.task.flaw_judge = "arithmetic_steps"

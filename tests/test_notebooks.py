@@ -1,6 +1,6 @@
 """The notebooks run end to end on a tiny run (nbclient, a real kernel): 01 trains it with experiments/train.py,
 plots its curves and samples completions from its checkpoint; experiments/evaluate.py evaluates it; 02 compares
-it with a second workdir. The committed 01 and 02 carry no outputs. The reproduction notebooks (03, 04, 05) are
+it with a second workdir. The committed 01 and 02 carry no outputs. The reproduction notebooks (03 to 07) are
 committed WITH their outputs, drawn from the committed result files of experiments/reproduce.py; they are
 re-executed here from those files."""
 
@@ -99,7 +99,8 @@ def test_notebooks_end_to_end_on_a_tiny_run(tmp_path):
 
 REPRODUCTIONS = {"03_entropy_mechanism.ipynb": ["entropy_mechanism"], "04_dapo_ladder.ipynb": ["dapo_ladder", "dapo_hard"],
                   "05_guidance.ipynb": ["guidance_hard", "guidance_hard_long", "guidance_guide"],
-                  "06_online_dpo.ipynb": ["online_dpo"]}
+                  "06_online_dpo.ipynb": ["online_dpo"],
+                  "07_reward_loop.ipynb": ["fapo", "reward_model", "reward_model_reward_models"]}
 
 
 @pytest.mark.parametrize("name", sorted(REPRODUCTIONS))
