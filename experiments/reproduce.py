@@ -238,7 +238,11 @@ STUDIES = {
               "rm_sampled": _recipe("default", task__flaw_judge="arithmetic_steps",
                                     reward_model__checkpoint="rm:sampled"),
               "rm_corrupted": _recipe("default", task__flaw_judge="arithmetic_steps",
-                                      reward_model__checkpoint="rm:corrupted")},
+                                      reward_model__checkpoint="rm:corrupted"),
+              # the verifier's reward plus 0.1 x the corrupted-pairs RM's score (mode add): the RM as a bonus
+              "rm_corrupted_add": _recipe("default", task__flaw_judge="arithmetic_steps",
+                                          reward_model__checkpoint="rm:corrupted", reward_model__mode="add",
+                                          reward_model__weight=0.1)},
         seeds=(0, 1, 2),
         rl_steps=100,
         eval_every=25,
