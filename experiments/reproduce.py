@@ -270,7 +270,7 @@ STUDIES = {
 }
 
 
-def run_config(study: Study, arm: str, seed: int, root: str = "/tmp/rl4llm/reproduce", study_name: str = ""):
+def run_config(study: Study, arm: str, seed: int, root: str = _ROOT.default, study_name: str = ""):
     """The full config of one run: the arm's recipe with the study's seed, steps and cadence; a reward model named
     "rm:<name>" is the study's RM of that name and seed under `root`."""
     config = study.arms[arm]()

@@ -92,7 +92,7 @@ def _reward_component_errors(config) -> list[str]:
     """An estimator of reward components needs extra rewards, and sees neither length shaping nor a KL penalty
     in the reward (both change the combined reward only)."""
     rl, task = config.rl, config.task
-    if rl.advantage not in registry.ADVANTAGES or "reward_components" not in registry.advantage_inputs(rl.advantage):
+    if not _normalises_components(rl):
         return []
     try:
         has_extras = bool(combine_lib.parse_weights(task.extra_rewards))
@@ -768,6 +768,11 @@ def _critic_errors(config) -> list[str]:
     return errors
 
 
+def _normalises_components(rl) -> bool:
+    """Whether `rl.advantage` normalises the reward components itself (and never reads the combined reward)."""
+    return rl.advantage in registry.ADVANTAGES and "reward_components" in registry.advantage_inputs(rl.advantage)
+
+
 def _reward_model_errors(config) -> list[str]:
     """An RM scoring rollouts (config.reward_model.checkpoint) enters the combined reward of a single-turn run."""
     rl, checkpoint = config.rl, config.reward_model.checkpoint
@@ -777,7 +782,7 @@ def _reward_model_errors(config) -> list[str]:
     if agent_config.is_agent_config(config):
         errors.append(f"config.reward_model.checkpoint={checkpoint!r}: scores single-turn rollouts only; agent runs "
                       f"(config.agent.env={config.agent.env!r}) are scored by their env")
-    if rl.advantage in registry.ADVANTAGES and "reward_components" in registry.advantage_inputs(rl.advantage):
+    if _normalises_components(rl):
         errors.append(f"config.reward_model.checkpoint={checkpoint!r}: the RM's score enters the combined reward "
                       f"only, which rl.advantage={rl.advantage!r} does not use (it normalises the components)")
     task = config.task
@@ -805,8 +810,7 @@ def _flaw_judge_errors(config) -> list[str]:
         errors.append(f"config.task.flaw_judge={task.flaw_judge!r}: judges single-turn completions only; agent runs "
                       f"(config.agent.env={config.agent.env!r}) are scored by their env")
     rl = config.rl
-    if task.flaw_penalty and rl.advantage in registry.ADVANTAGES and (
-            "reward_components" in registry.advantage_inputs(rl.advantage)):
+    if task.flaw_penalty and _normalises_components(rl):
         errors.append(f"config.task.flaw_penalty={task.flaw_penalty}: FAPO's penalty enters the combined reward only, "
                       f"which rl.advantage={rl.advantage!r} does not use (it normalises the components)")
     return errors
@@ -829,7 +833,7 @@ def _generative_verifier_errors(config) -> list[str]:
         errors.append(f"{field}: scores single-turn rollouts only; agent runs (config.agent.env="
                       f"{config.agent.env!r}) are scored by their env")
     rl = config.rl
-    if rl.advantage in registry.ADVANTAGES and "reward_components" in registry.advantage_inputs(rl.advantage):
+    if _normalises_components(rl):
         errors.append(f"{field}: the verifier's score enters the combined reward only, which rl.advantage="
                       f"{rl.advantage!r} does not use (it normalises the components)")
     if config.reward_model.checkpoint:

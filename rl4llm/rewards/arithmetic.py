@@ -28,7 +28,6 @@ _OPERATION = re.compile(r"([-+*])([0-9]+)")
 _STEP = re.compile(r"(-?[0-9]+)([-+*])(-?[0-9]+)=(-?[0-9]+)")
 
 
-
 def _canonical(sign: str, digits: str) -> str:
     """Canonical decimal form of ``sign + digits``: no leading zeros, no negative zero."""
     magnitude = digits.lstrip("0")
