@@ -229,6 +229,24 @@ STUDIES = {
             "selection/prof_correct_score_generated", "selection/prof_correct_score_kept"),
         description="FAPO (flawed positives rewarded half-way) and PROF (consistency filter) vs GRPO, exact step judge",
     ),
+    # Issue 22's step-level process rewards: the exact step judge's labels as step rewards beside the outcome (GRPO's
+    # advantage + 0.5 x their return-to-go): the raw score (hackable: its return grows with the steps), PRM Clip and
+    # Delta (Gao et al. 2024), TP-GRPO's thoughts with the capability-adaptive weight, against GRPO with the judge
+    # watching (the fapo study's arm: same config and seeds).
+    "process_rewards": Study(
+        arms={"grpo": _recipe("default", task__flaw_judge="arithmetic_steps"),
+              "prm": _recipe("prm_clip", task__step_reward="prm"), "prm_clip": _recipe("prm_clip"),
+              "prm_delta": _recipe("prm_clip", task__step_reward="prm_delta"), "tp_grpo": _recipe("tp_grpo")},
+        seeds=(0, 1, 2),
+        rl_steps=100,
+        eval_every=25,
+        keys=_COMMON_KEYS + (
+            "reward/exact_answer", "judge/flawed_positive_frac", "judge/sound_accuracy", "judge/flawed_frac",
+            "process/reward_abs", "process/sound_step_frac", "process/steps_per_response",
+            "process/thoughts_per_response", "eval/flawed_positive_frac", "eval/sound_accuracy", "eval/flawed_frac",
+            "eval/sampled_flawed_positive_frac", "eval/sampled_sound_accuracy", "eval/sampled_flawed_frac"),
+        description="Step rewards from the exact judge: raw PRM, PRM Clip, PRM Delta, TP-GRPO thoughts vs GRPO",
+    ),
     # Issue 22's "GRPO with the RM vs with the rule verifier": the main job's RL stage rewarded by the rule verifier, by an
     # outcome RM trained on the warm start's own completions labelled by the verifier (the RLHF pipeline), and by one
     # trained on reference vs corrupted-final-answer solutions (README's RM), each RM trained per seed; the exact step

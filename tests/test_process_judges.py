@@ -102,7 +102,7 @@ def test_flaw_metrics_hand_case():
 
 def _pipeline_score(spec, texts, prompts=None):
     answers = ["11"] * len(texts)
-    flaws = None if prompts is None else process.first_flaws(arithmetic.first_flawed_step, prompts, texts)
+    flaws = None if prompts is None else process.first_flaws([arithmetic.step_labels(p, t) for p, t in zip(prompts, texts)])
     with pipeline.RewardPipeline(spec) as p:
         return p.score(texts, answers, np.array([len(t) for t in texts]), np.zeros(len(texts), np.int32),
                        max_length=32, first_flaws=flaws)
@@ -138,7 +138,7 @@ def test_evaluation_reports_the_judges_flaw_metrics(tmp_path):
     key = jax.random.key(3)
     args = (setup.model_cfg, params, setup.tokenizer, examples, key)
 
-    judged = dataclasses.replace(setup.eval_spec, flaw_judge=arithmetic.first_flawed_step)
+    judged = dataclasses.replace(setup.eval_spec, flaw_judge=arithmetic.step_labels)
     plain, metrics = (evaluate_lib.evaluate(*args, spec, setup.score_fn) for spec in (setup.eval_spec, judged))
     assert {k: v for k, v in metrics.items() if k in plain} == plain
     prompts, answers = [e.prompt for e in examples], [e.answer for e in examples]

@@ -66,6 +66,8 @@ RECIPES = (
     "iterative_dpo",
     "fapo",
     "prof",
+    "tp_grpo",
+    "prm_clip",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -134,6 +136,10 @@ MECHANISMS = {
     "fapo": ("judge/flawed_positive_frac", "judge/penalty_mean"),
     # 8 rollouts per prompt, the 4 kept moved the groups toward half right (the parity reward is ~75 % right)
     "prof": ("selection/prof_balance_gain", "selection/prof_generated_accuracy"),
+    # the judge labelled the nano policy's steps and their rewards entered the advantages (thoughts: ±1, never 0)
+    "tp_grpo": ("process/reward_abs", "process/thoughts_per_response"),
+    # a flawed step costs η = 0.5 (the nano policy's steps are mostly flawed)
+    "prm_clip": ("process/reward_abs", "process/steps_per_response"),
 }
 
 
@@ -189,13 +195,14 @@ def shrink(config):
     tiny = tiny_config()
     task = config.task  # the recipe's reward shaping, extra reward components and process judge stay
     shaping = (task.length_shaping, task.length_shaping_kwargs, task.extra_rewards, task.extra_rewards_mode,
-               task.flaw_judge, task.flaw_penalty)
+               task.flaw_judge, task.flaw_penalty, task.step_reward, task.step_reward_eta)
     adaptive_temperature = (config.sampling.temperature_tau, config.sampling.temperature_pivot)  # HAPO's stays
     for section in ("task", "model", "sampling", "sft", "eval", "checkpoint"):
         config[section] = tiny[section]
     config.sft.steps = SFT_STEPS
     (config.task.length_shaping, config.task.length_shaping_kwargs, config.task.extra_rewards,
-     config.task.extra_rewards_mode, config.task.flaw_judge, config.task.flaw_penalty) = shaping
+     config.task.extra_rewards_mode, config.task.flaw_judge, config.task.flaw_penalty, config.task.step_reward,
+     config.task.step_reward_eta) = shaping
     config.sampling.temperature_tau, config.sampling.temperature_pivot = adaptive_temperature
     config.log_every = tiny.log_every
     config.rl.steps = RL_STEPS

@@ -25,6 +25,7 @@ from rl4llm.rewards import process as process_lib
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import preference as preference_lib
+from rl4llm.rl import process as process_rl
 from rl4llm.rl import registry
 from rl4llm.sampling import tree as sampling_tree
 from rl4llm.verifiers import templates
@@ -69,6 +70,10 @@ class Task:
                             "right answers from flawed steps) in training and evaluation", OneOf(("none", *process_lib.JUDGES)))
     flaw_penalty: float = param(0.0, "FAPO: subtracted from a flawed positive's reward (0: the judge only monitors; "
                                 "FAPO's lambda 1 on +-1 rewards = 0.5 on 0/1 rewards)", Between(0.0, 1e6))
+    step_reward: str = param("none", "process rewards from the judge's step labels on the step-end tokens "
+                             "(rl4llm.rl.process.STEP_REWARDS: prm, prm_clip, prm_delta, thought), for an estimator that "
+                             "takes them (rl.advantage='process_grpo')", OneOf(("none", *process_rl.STEP_REWARDS)))
+    step_reward_eta: float = param(0.5, "PRM Clip's threshold eta: step rewards min(s - eta, 0)", Between(0.0, 1.0))
     reward_workers: int = param(0, "> 0: score in that many processes with a hard per-call timeout (0: inline)",
                                 AtLeast(0))
     reward_timeout_s: float = param(30.0, "a scoring call's time limit", Between(0.0, 1e6, low_open=True))

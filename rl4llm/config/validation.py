@@ -23,6 +23,7 @@ from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import length as length_lib
 from rl4llm.rewards import process as process_lib
 from rl4llm.rl import preference
+from rl4llm.rl import process as process_rl
 from rl4llm.rl import registry
 from rl4llm.sampling.tree import TreeShape
 from rl4llm.verifiers import templates
@@ -800,6 +801,7 @@ def _flaw_judge_errors(config) -> list[str]:
     if task.flaw_penalty and task.flaw_judge == "none":
         errors.append(f"config.task.flaw_penalty={task.flaw_penalty}: penalises the flawed positives a process judge "
                       f"finds; set config.task.flaw_judge (one of {', '.join(process_lib.JUDGES)})")
+    errors += _step_reward_errors(config)
     if task.flaw_judge == "none":
         return errors
     judged = process_lib.JUDGE_TASKS.get(task.flaw_judge)
@@ -813,6 +815,24 @@ def _flaw_judge_errors(config) -> list[str]:
     if task.flaw_penalty and _normalises_components(rl):
         errors.append(f"config.task.flaw_penalty={task.flaw_penalty}: FAPO's penalty enters the combined reward only, "
                       f"which rl.advantage={rl.advantage!r} does not use (it normalises the components)")
+    return errors
+
+
+def _step_reward_errors(config) -> list[str]:
+    """Step rewards come from a process judge and go to an estimator that takes process rewards other than PRIME's
+    (which trains its own implicit PRM for them); `process_grpo` has no other source."""
+    task, rl, errors = config.task, config.rl, []
+    takes = "process_rewards" in registry.advantage_inputs(rl.advantage)
+    if task.step_reward != "none":
+        if task.flaw_judge == "none":
+            errors.append(f"config.task.step_reward={task.step_reward!r}: rewards the steps a process judge labels; set "
+                          f"config.task.flaw_judge (one of {', '.join(process_lib.JUDGES)})")
+        if not takes or rl.advantage == "prime":
+            errors.append(f"config.task.step_reward={task.step_reward!r}: rl.advantage={rl.advantage!r} does not train "
+                          f"on a judge's step rewards; use rl.advantage='process_grpo'")
+    elif rl.advantage == "process_grpo":
+        errors.append("config.rl.advantage='process_grpo' trains on a process judge's step rewards; set "
+                      f"config.task.step_reward (one of {', '.join(process_rl.STEP_REWARDS)}) and config.task.flaw_judge")
     return errors
 
 

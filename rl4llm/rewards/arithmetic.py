@@ -11,8 +11,9 @@ ever calling ``int()`` on model output (Python refuses ``int()`` of strings over
 :func:`format_score` (reward ``format_arithmetic``) is the task's format reward: 1 iff the completion is the worked
 form and nothing else, right or wrong (a constraint or bonus beside the correctness, ``config.reward_weighting``).
 
-:func:`first_flawed_step` is the task's exact process judge (``rl4llm.rewards.process``, FAPO's flawed positives): the
-first step of a worked answer that does not follow from the problem and the steps before it.
+:func:`step_labels` is the task's exact process judge (``rl4llm.rewards.process``: FAPO's flawed positives, PROF, step
+rewards): each segment of a worked answer judged sound or not given the problem and the steps before it;
+:func:`first_flawed_step` is its first unsound one.
 """
 
 from __future__ import annotations
@@ -61,16 +62,16 @@ def format_score(completion: str, answer: str) -> float:
     return 1.0 if _WORKED.fullmatch(completion) else 0.0
 
 
-def first_flawed_step(prompt: str, completion: str) -> int:
-    """The index of the first flawed step of a worked answer to the problem that ``prompt`` starts with, or -1 when
-    every step is sound. ``completion`` is split at ``;``: steps ``0 .. m-1`` then the final ``#answer`` (index m).
+def step_labels(prompt: str, completion: str) -> list[bool]:
+    """Each segment of a worked answer to the problem that ``prompt`` starts with, judged on its own: True when sound.
+    ``completion`` is split at ``;``: steps ``0 .. m-1`` then the final ``#answer`` (segment m), m + 1 labels.
 
-    Step k (``lhs op rhs=result``) is flawed unless lhs is the problem's first operand (k = 0) or step k-1's stated
-    result (a step that builds on an earlier error is not itself the error), op and rhs are the problem's k-th
-    operation, and result = lhs op rhs; the final answer is flawed unless every operation has its step and the answer
-    restates the last step's result (a skipped step or a final answer that does not follow is the flaw at index m).
-    A segment that is not a step is flawed; steps beyond the problem's are flawed at the first extra one.
-    ``"7+5-1=7+5=13;13-1=12;#12"`` -> 0 (a right answer from a wrong step: a flawed positive).
+    Step k (``lhs op rhs=result``) is sound iff lhs is the problem's first operand (k = 0) or step k-1's stated
+    result (a step that builds on an earlier error is not itself an error; after a segment that is not a step, lhs is
+    not checked), op and rhs are the problem's k-th operation, and result = lhs op rhs. A segment that is not a step,
+    and a step beyond the problem's operations, is unsound. The final answer is sound iff every operation has its step
+    and the answer restates the last step's stated result (a skipped step or a final answer that does not follow is
+    its flaw). ``"7+5-1=7+5=13;13-1=12;#12"`` -> [False, True, True] (a right answer from a wrong step).
 
     The prompt may go on after its ``=`` (a hint: GHPO); the problem must parse (a task bug otherwise: ValueError).
     Integers are compared as such without ``int()`` of unbounded model output (at most 30 digits are read).
@@ -80,18 +81,26 @@ def first_flawed_step(prompt: str, completion: str) -> int:
         raise ValueError(f"prompt {prompt[:60]!r} does not start with an arithmetic problem 'a+b-c='")
     operations = _OPERATION.findall(problem.group(2))
     *steps, final = completion.split(";")
-    running = int(problem.group(1))
+    labels = []
+    running = int(problem.group(1))  # the stated result the next step builds on (None: not known)
     for k, step in enumerate(steps):
         match = _STEP.fullmatch(step)
-        if match is None or k >= len(operations) or any(len(match.group(i).lstrip("-")) > 30 for i in (1, 3, 4)):
-            return k
+        if match is None or any(len(match.group(i).lstrip("-")) > 30 for i in (1, 3, 4)):
+            labels.append(False)
+            running = None
+            continue
         lhs, op, rhs, result = int(match.group(1)), match.group(2), int(match.group(3)), int(match.group(4))
-        if lhs != running or op != operations[k][0] or rhs != int(operations[k][1]):
-            return k
-        if result != arithmetic_task.apply_operation(lhs, op, rhs):
-            return k
+        labels.append(k < len(operations) and running in (None, lhs) and op == operations[k][0]
+                      and rhs == int(operations[k][1]) and result == arithmetic_task.apply_operation(lhs, op, rhs))
         running = result
     answer = extract_answer(final) if final.lstrip().startswith("#") else None
-    if len(steps) != len(operations) or answer is None or len(answer.lstrip("-")) > 30 or int(answer) != running:
-        return len(steps)
-    return -1
+    labels.append(len(steps) == len(operations) and running is not None and answer is not None
+                  and len(answer.lstrip("-")) <= 30 and int(answer) == running)
+    return labels
+
+
+def first_flawed_step(prompt: str, completion: str) -> int:
+    """The index of the first unsound segment of `step_labels` (steps, then the final answer), -1 when every one is
+    sound. ``"7+5-1=7+5=13;13-1=12;#12"`` -> 0 (a flawed positive)."""
+    labels = step_labels(prompt, completion)
+    return labels.index(False) if False in labels else -1

@@ -1,8 +1,10 @@
 """Process judges and FAPO's flawed-positive penalty.
 
-A *process judge* reads a response's reasoning, not only its final answer: ``judge(prompt, completion) -> int`` is the
-index of the first flawed step (``-1``: every step sound), never raising on any completion. `JUDGES` holds them by
-name (``config.task.flaw_judge``); the arithmetic task's is exact (``rewards.arithmetic.first_flawed_step``).
+A *process judge* reads a response's reasoning, not only its final answer: ``judge(prompt, completion) -> list[bool]``
+labels each segment (the steps, then the final answer) sound or not, never raising on any completion; the first
+unsound one is the response's *first flaw* (`first_flaws`). `JUDGES` holds them by name (``config.task.flaw_judge``);
+the arithmetic task's is exact (``rewards.arithmetic.step_labels``). Step-level rewards from the labels (TP-GRPO's
+thoughts, PRM Clip / Delta) are `rl4llm.rl.process`'s.
 
 FAPO (Ding et al. 2025, "Flawed-Aware Policy Optimization for Efficient and Reliable Reasoning") penalises *flawed
 positives*, responses whose final answer the verifier accepts but whose reasoning a judge (FAPO: a generative reward
@@ -26,18 +28,51 @@ import numpy as np
 
 from rl4llm.rewards import arithmetic
 
-Judge = Callable[[str, str], int]
+Judge = Callable[[str, str], list[bool]]
 
 JUDGES: dict[str, Judge] = {
-    "arithmetic_steps": arithmetic.first_flawed_step,  # exact: each step's operands, operator and result
+    "arithmetic_steps": arithmetic.step_labels,  # exact: each step's operands, operator and result
 }
 # The task whose prompts a judge reads (`config.task.name`).
 JUDGE_TASKS = {"arithmetic_steps": "arithmetic"}
 
 
-def first_flaws(judge: Judge, prompts: Sequence[str], completions: Sequence[str]) -> np.ndarray:
-    """[N] int: `judge`'s first flawed step of each (prompt, completion), -1 where none."""
-    return np.array([judge(p, c) for p, c in zip(prompts, completions)], np.int64)
+def first_flaws(labels: Sequence[Sequence[bool]]) -> np.ndarray:
+    """[N] int: the first unsound segment of each response's judge labels, -1 where none."""
+    return np.array([list(ls).index(False) if False in ls else -1 for ls in labels], np.int64)
+
+
+def token_char_ends(decode: Callable[[Sequence[int]], str], ids: Sequence[int]) -> np.ndarray:
+    """[n] int: the length of the text of tokens ``ids[:i + 1]``, for each i (``decode``: the tokenizer's), so token i
+    holds the characters [ends[i-1], ends[i]) of the decoded completion. Made non-decreasing: a token that decodes to
+    nothing on its own (part of a multi-byte character) holds no character."""
+    return np.maximum.accumulate([len(decode(ids[: i + 1])) for i in range(len(ids))]) if len(ids) else np.zeros(0, int)
+
+
+def step_layout(decode: Callable[[Sequence[int]], str], labels: Sequence[Sequence[bool]], texts: Sequence[str],
+                prefix_chars: Sequence[int], completion_tokens: np.ndarray, completion_mask: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """A judge's segment labels placed on the completions' tokens: (step_scores [N, T] float32, step_ends [N, T] bool),
+    where step_ends marks the token that holds each segment's last character (its ``;``, or the completion's last
+    token for the final segment) and step_scores is that segment's label (1 sound, 0 not), 0 off the ends.
+
+    ``texts[i]`` is what the judge read: ``prefix_chars[i]`` characters scored before the completion (a hint the
+    prompt holds), then the decoded completion; segments that end inside the prefix have no token and are left out.
+    Segments that end in the same token (an empty final segment after a last ``;``) leave the later one's label."""
+    n, width = completion_tokens.shape
+    scores, ends = np.zeros((n, width), np.float32), np.zeros((n, width), bool)
+    for i, (row_labels, text, prefix) in enumerate(zip(labels, texts, prefix_chars)):
+        valid = int(completion_mask[i].sum())
+        char_ends = token_char_ends(decode, completion_tokens[i, :valid].tolist())
+        if valid == 0:
+            continue
+        segment_ends = [k + 1 for k, ch in enumerate(text) if ch == ";"][: len(row_labels) - 1] + [len(text)]
+        for label, end in zip(row_labels, segment_ends):
+            if end - prefix <= 0:
+                continue
+            t = min(int(np.searchsorted(char_ends, end - prefix)), valid - 1)
+            scores[i, t], ends[i, t] = float(label), True
+    return scores, ends
 
 
 def sound_prefix(first_flaws: np.ndarray, num_steps: np.ndarray) -> np.ndarray:

@@ -21,7 +21,8 @@ Advantages — the trainer calls::
     lengths[N] (default Σ_t mask), rewards[N, T] token-level rewards (default: scores on the last valid
     token, verl's convention; pass them to include e.g. a KL-in-reward penalty),
     values[N, T] critic values, baseline_scores[N] (ReMax greedy reward), reward_components[N, K]
-    (GDPO multi-reward), seq_metric[N] (CANON split metric), process_rewards[N, T] (PRIME implicit PRM),
+    (GDPO multi-reward), seq_metric[N] (CANON split metric), process_rewards[N, T] (PRIME implicit PRM, or a process
+    judge's step rewards: `rl.process`),
     tree_nodes[N, T+1] (the node of each position of a tree rollout's rows, `rl.tree`: TreeRL, Tree-OPO, CURE).
     Multi-turn estimators (`rl.multi_turn`: mt_grpo, igpo, gtpo, bilevel_gae) also take the turn layout:
     turn_id[N, T] (−1 off action tokens), turn_end[N, K], turn_valid[N, K], turn_rewards[N, K] (outcome
@@ -64,7 +65,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl import advantages, entropy, losses, multi_turn, off_policy, preference, tree
+from rl4llm.rl import advantages, entropy, losses, multi_turn, off_policy, preference, process, tree
 
 ADVANTAGES: dict[str, Callable[..., Any]] = {
     "grpo": advantages.grpo,
@@ -86,6 +87,7 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "hapo": advantages.hapo,
     "gae": advantages.gae,
     "prime": advantages.prime,
+    "process_grpo": process.process_grpo,  # GRPO + return-to-go of a process judge's step rewards (task.step_reward)
     "gbpo": advantages.grpo,  # GBPO's weights are GRPO advantages; its loss also needs `gbpo_targets`
     "treerl": tree.treerl,  # tree rollouts (config.tree): node values over the leaves through each segment
     "tree_opo": tree.tree_opo,  # tree rollouts: r − α·V(prefix) over the prefix's subtree, on the row's own tokens

@@ -133,7 +133,7 @@ class EvalSpec:
     prompt_bucket: int
     batch_size: int
     extract_answer: Callable[[str], str | None] | None = None
-    flaw_judge: Callable[[str, str], int] | None = None
+    flaw_judge: Callable[[str, str], list[bool]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +201,7 @@ def evaluate(
     )
     if spec.flaw_judge is not None:
         for prefix, texts, completions in (("eval/", prompts, greedy), ("eval/sampled_", repeated, sampled)):
-            flawed = process_lib.first_flaws(spec.flaw_judge, texts, completions.texts) >= 0
+            flawed = process_lib.first_flaws([spec.flaw_judge(p, c) for p, c in zip(texts, completions.texts)]) >= 0
             metrics.update(process_lib.flaw_metrics(completions.rewards == 1.0, flawed, prefix))
     correct = (sampled.rewards == 1.0).reshape(len(prompts), n)  # [P, n]
     extracted = None

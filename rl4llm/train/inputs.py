@@ -19,6 +19,7 @@ from rl4llm.rewards import combine as combine_lib
 from rl4llm.rl import aggregation
 from rl4llm.rl import kl as kl_lib
 from rl4llm.rl import prime as prime_rewards
+from rl4llm.rl import process as process_rl
 from rl4llm.rl import registry
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import rollouts
@@ -50,6 +51,8 @@ class StepData:
     behaviour: Any  # the rollout policy's (logp, entropy[, proxy_logp]) [N, T] (`programs.behaviour_fn`), or None
     off_policy: np.ndarray  # [N, T] bool: tokens the policy did not sample (`rows.off_policy_tokens`)
     tree_nodes: np.ndarray | None = None  # [N, T+1] node ids of tree rollouts (config.tree), else None
+    step_scores: np.ndarray | None = None  # [N, T] the judge's step labels on the step ends (task.step_reward), else None
+    step_ends: np.ndarray | None = None  # [N, T] bool: the tokens that end a judged step, else None
 
 
 def _reward_components(d: StepData):
@@ -86,7 +89,7 @@ def _values(d: StepData):
     return {"values": d.programs.values_fn(critic.params, d.state.params, d.tokens, d.attention_mask)}, {}
 
 
-def _process_rewards(d: StepData):
+def _implicit_prm_rewards(d: StepData):
     """PRIME: dense rewards β·(log π_φ − log π_ref) [N, T] of the implicit PRM, and the PRM's batch (its update on
     the outcome labels comes with the learner's, `train.step`)."""
     prm_logp, ref_logp = d.programs.prm_logprobs_fn(d.state.extra("prm"), d.tokens, d.attention_mask)
@@ -96,6 +99,30 @@ def _process_rewards(d: StepData):
     # PRIME's mechanism acting: the dense rewards are non-zero once the PRM has moved from its reference
     metrics = {"prime/process_reward_abs": jnp.sum(jnp.abs(process) * d.mask) / jnp.maximum(jnp.sum(d.mask), 1.0)}
     return {"process_rewards": process, "prm_batch": prm_batch}, metrics
+
+
+def _step_rewards(d: StepData):
+    """Process rewards from the process judge's step labels (`config.task.step_reward`: `rl.process.STEP_REWARDS`) on
+    the step-end tokens [N, T], and how the mechanism acts: the mean |reward| on a step end, the share of sound steps,
+    steps and thoughts per response."""
+    task = d.config.task
+    scores, ends = jnp.asarray(d.step_scores), jnp.asarray(d.step_ends)
+    kwargs = {"eta": task.step_reward_eta} if task.step_reward == "prm_clip" else {}
+    rewards = process_rl.STEP_REWARDS[task.step_reward](scores, ends, **kwargs)
+    num_ends = jnp.maximum(jnp.sum(ends), 1)
+    metrics = {
+        "process/reward_abs": jnp.sum(jnp.abs(rewards)) / num_ends,
+        "process/sound_step_frac": jnp.sum(jnp.where(ends, scores, 0.0)) / num_ends,
+        "process/steps_per_response": jnp.mean(jnp.sum(ends, axis=-1)),
+        "process/thoughts_per_response": jnp.mean(process_rl.count_thoughts(scores, ends)),
+    }
+    return {"process_rewards": rewards}, metrics
+
+
+def _process_rewards(d: StepData):
+    """The estimator's dense rewards: the process judge's step rewards (`config.task.step_reward`) or else PRIME's
+    implicit PRM's."""
+    return _step_rewards(d) if d.config.task.step_reward != "none" else _implicit_prm_rewards(d)
 
 
 def _tree_nodes(d: StepData):
@@ -121,7 +148,7 @@ PROVIDERS: dict[str, Provider] = {
     "rewards": Provider(lambda config: config.rl.kl_in_reward, _kl_rewards),
     "seq_metric": Provider(_declared("seq_metric"), _seq_metric),
     "values": Provider(critic_lib.enabled, _values),
-    "process_rewards": Provider(prime_lib.enabled, _process_rewards),
+    "process_rewards": Provider(_declared("process_rewards"), _process_rewards),
     "tree_nodes": Provider(_declared("tree_nodes"), _tree_nodes, host=True),
 }
 

@@ -90,16 +90,18 @@ def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, c
     `prompts` [N]: each row's prompt text (the process judge reads it, `config.task.flaw_judge`); `prefixes` [N]: text
     scored before each completion (a hint the prompt already holds), or None.
 
-    Returns (rewards [N], main reward [N], reward components [N, K], reward metrics, process scores [N] float32 (the
-    judge's `process.sound_prefix` of each row; None without a judge)).
+    Returns (rewards [N], main reward [N], reward components [N, K], reward metrics, the process judge's `Rows` fields
+    (`process_fields`)).
     """
     texts = batches.decode_completions(setup.tokenizer, completion_tokens, completion_mask)
     if prefixes is not None:
         texts = [prefix + text for prefix, text in zip(prefixes, texts)]
-    first_flaws = process_scores = None
+    first_flaws, process = None, {}
     if config.task.flaw_judge != "none":
-        first_flaws = process_lib.first_flaws(process_lib.JUDGES[config.task.flaw_judge], prompts, texts)
-        process_scores = process_lib.sound_prefix(first_flaws, np.array([t.count(";") + 1 for t in texts]))
+        labels = [process_lib.JUDGES[config.task.flaw_judge](p, t) for p, t in zip(prompts, texts)]
+        first_flaws = process_lib.first_flaws(labels)
+        process = process_fields(config, setup, labels, first_flaws, texts, prefixes, completion_tokens,
+                                 completion_mask)
     scores, main, components, metrics = setup.rewards.score(
         texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens,
         first_flaws=first_flaws)
@@ -109,7 +111,20 @@ def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, c
     if setup.verifier is not None:
         questions = batches.decode_completions(setup.tokenizer, prompt_tokens, prompt_mask)
         scores = with_verifier(config, setup, questions, answers, texts, scores, main, group_ids, metrics)
-    return scores, main, components, metrics, process_scores
+    return scores, main, components, metrics, process
+
+
+def process_fields(config, setup: Setup, labels, first_flaws, texts, prefixes, completion_tokens, completion_mask
+                   ) -> dict:
+    """The judge's verdicts as `Rows` fields: `process_scores` [N] (`process.sound_prefix`: PROF) and, with
+    `config.task.step_reward`, each segment's label on its last token (`step_scores`, `step_ends` [N, T]:
+    `process.step_layout`)."""
+    fields = {"process_scores": process_lib.sound_prefix(first_flaws, np.array([len(ls) for ls in labels]))}
+    if config.task.step_reward != "none":
+        prefix_chars = [0] * len(texts) if prefixes is None else [len(p) for p in prefixes]
+        fields["step_scores"], fields["step_ends"] = process_lib.step_layout(
+            setup.tokenizer.decode, labels, texts, prefix_chars, completion_tokens, completion_mask)
+    return fields
 
 
 def with_verifier(config, setup: Setup, questions, answers, texts, rewards, main, group_ids, metrics: dict
@@ -214,7 +229,7 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
         completions, sizes = with_traces(config, setup, completions, counts, traces, stopped)
     group_ids = np.repeat(np.arange(len(prompts)), sizes)
     row_tokens, row_mask = prompt_tokens[group_ids], prompt_mask[group_ids]
-    scores, main, components, reward_metrics, process_scores = score(
+    scores, main, components, reward_metrics, process = score(
         config, setup, row_tokens, row_mask, completions["completion_tokens"], completions["completion_mask"],
         np.repeat(prompts, sizes).tolist(), np.repeat(answers, sizes).tolist(), group_ids, np.repeat(prefixes, sizes).tolist() if any(prefixes) else None,
     )
@@ -223,7 +238,7 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
         hint_chars=np.zeros(len(scores), np.int32), hint_tokens=np.zeros(len(scores), np.int32),
         fresh=np.ones(len(scores), bool), **completions,
         solutions=None if solutions is None else np.repeat(np.asarray(solutions, object), sizes),
-        process_scores=process_scores,
+        **process,
     )
     return rows, {**reward_metrics, **sampler_metrics}
 
@@ -300,9 +315,9 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
     completions each by default), scored on the host; `entropy_stats`: HAPO's adaptive temperature's, else None.
 
     Returns (rollout, scores [N], reward components [N, K], group ids [N], off-policy tokens [N, T] bool
-    (`rows.off_policy_tokens`), tree node ids
-    [N, T+1] (tree rollouts, config.tree; else None), host metrics, new selection state, ReLIFT's new buffer rows
-    (`companions.relift.hardest_questions`; None when off)).
+    (`rows.off_policy_tokens`), the rows' token layouts by `inputs.StepData` field (tree node ids [N, T+1] of tree
+    rollouts, config.tree; the judge's step scores and ends [N, T], config.task.step_reward; None when off), host
+    metrics, new selection state, ReLIFT's new buffer rows (`companions.relift.hardest_questions`; None when off)).
     """
     generate = functools.partial(generate_rows, config, setup, params, entropy_stats=entropy_stats)
     collected, selection_state = setup.selector.collect(selection_state, step, key, generate)
@@ -320,4 +335,5 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
     )
     relift_rows, relift_metrics = relift.hardest_questions(config, setup, rows, collected.group_ids)
     return (rollout, rows.scores, rows.components, collected.group_ids, rows_lib.off_policy_tokens(rows),
-            rows.tree_nodes, {**collected.metrics, **relift_metrics}, selection_state, relift_rows)
+            {"tree_nodes": rows.tree_nodes, "step_scores": rows.step_scores, "step_ends": rows.step_ends},
+            {**collected.metrics, **relift_metrics}, selection_state, relift_rows)

@@ -108,7 +108,7 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
     rl = config.rl
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
-    rollout, scores, components, group_ids, off_policy, tree_nodes, host_metrics, selection, relift_rows = (
+    rollout, scores, components, group_ids, off_policy, layouts, host_metrics, selection, relift_rows = (
         rollouts.rollout_and_score(config, setup, state.params, step, step_key, selection,
                                    adaptive_temperature.sampler_stats(config, state)))
     mask = rollout.completion_mask.astype(jnp.float32)
@@ -117,7 +117,7 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
     )
     data = inputs_lib.StepData(config, setup, programs, state, step, step_key, scores, components, mask, tokens,
                                attention_mask, jnp.asarray(group_ids), behaviour=None, off_policy=off_policy,
-                               tree_nodes=tree_nodes)
+                               **layouts)
     active = inputs_lib.providers(config)
     products, metrics = inputs_lib.provide(active, data, host=True)
     t_gen = time.time() - t0

@@ -49,8 +49,9 @@ class PRMConfig:
 
 
 def enabled(config) -> bool:
-    """Whether the run trains an implicit PRM: the advantage estimator takes process rewards ("prime")."""
-    return "process_rewards" in registry.advantage_inputs(config.rl.advantage)
+    """Whether the run trains an implicit PRM: the advantage estimator takes process rewards ("prime") and no process
+    judge gives them (`config.task.step_reward`)."""
+    return "process_rewards" in registry.advantage_inputs(config.rl.advantage) and config.task.step_reward == "none"
 
 
 def prm_config(config) -> PRMConfig:
