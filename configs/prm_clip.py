@@ -17,7 +17,7 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/prm_clip.py --workdir=/tmp/rl4llm/prm_clip
-    Result: notebooks/08_process_rewards.ipynb (study process_rewards).
+    Result: notebooks/07_reward_loop.ipynb (study process_rewards).
     """
     c = default.get_config()
     c.task.flaw_judge = "arithmetic_steps"

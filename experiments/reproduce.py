@@ -260,15 +260,19 @@ STUDIES = {
               # the verifier's reward plus 0.1 x the corrupted-pairs RM's score (mode add): the RM as a bonus
               "rm_corrupted_add": _recipe("default", task__flaw_judge="arithmetic_steps",
                                           reward_model__checkpoint="rm:corrupted", reward_model__mode="add",
-                                          reward_model__weight=0.1)},
+                                          reward_model__weight=0.1),
+              # the same RM alone, co-trained on the policy's verified pairs every step (Cooper, configs/cooper.py)
+              "rm_corrupted_cooper": _recipe("cooper", reward_model__checkpoint="rm:corrupted")},
         seeds=(0, 1, 2),
         rl_steps=100,
         eval_every=25,
         keys=_COMMON_KEYS + (
             "reward/exact_answer", "reward_model/score_mean", "reward_model/score_std", "judge/flawed_positive_frac",
             "judge/sound_accuracy", "eval/flawed_positive_frac", "eval/sound_accuracy",
-            "eval/sampled_flawed_positive_frac", "eval/sampled_sound_accuracy"),
-        description="GRPO rewarded by the rule verifier vs by an outcome RM (policy-sampled or corrupted pairs)",
+            "eval/sampled_flawed_positive_frac", "eval/sampled_sound_accuracy", "reward_model/pair_accuracy",
+            "reward_model/hard_pair_accuracy", "reward_model/loss", "reward_model/pairs"),
+        description="GRPO rewarded by the rule verifier vs by an outcome RM (policy-sampled or corrupted pairs; "
+                    "frozen or co-trained)",
         reward_models={
             "sampled": dict(reward_model__sample_from="warm_start", reward_model__steps=300,
                             reward_model__eval_every=50),

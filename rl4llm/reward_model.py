@@ -286,5 +286,7 @@ class Scorer:
         """The RM at `directory`; ValueError if it was trained with another tokenizer than `tokenizer`."""
         return cls(*load_for_run(directory, "config.reward_model.checkpoint", "reward model", tokenizer, alphabet))
 
-    def __call__(self, tokens, attention_mask) -> np.ndarray:  # [N, L] each -> [N] float32 on the host
-        return np.asarray(jax.device_get(make_score_fn(self.cfg)(self.params, tokens, attention_mask)))
+    def __call__(self, tokens, attention_mask, params: Params | None = None) -> np.ndarray:  # [N, L] -> [N] float32
+        """The scores on the host, by the checkpoint's params or `params` (the same model, trained on: co-training)."""
+        params = self.params if params is None else params
+        return np.asarray(jax.device_get(make_score_fn(self.cfg)(params, tokens, attention_mask)))

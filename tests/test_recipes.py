@@ -68,6 +68,7 @@ RECIPES = (
     "prof",
     "tp_grpo",
     "prm_clip",
+    "cooper",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -140,6 +141,8 @@ MECHANISMS = {
     "tp_grpo": ("process/reward_abs", "process/thoughts_per_response"),
     # a flawed step costs η = 0.5 (the nano policy's steps are mostly flawed)
     "prm_clip": ("process/reward_abs", "process/steps_per_response"),
+    # the verifier split groups (the parity reward) and the RM took Bradley-Terry steps on their pairs
+    "cooper": ("reward_model/pairs", "reward_model/grad_norm"),
 }
 
 
@@ -181,8 +184,15 @@ def _tiny_verifier(tmp_path) -> dict:
     return {"generative_verifier.checkpoint": str(tmp_path / "verifier")}
 
 
+def _tiny_reward_model(tmp_path) -> dict:
+    from tests.test_reward_model_rl import write_tiny_rm
+
+    write_tiny_rm(str(tmp_path / "rm"))
+    return {"reward_model.checkpoint": str(tmp_path / "rm")}
+
+
 # recipe -> (tmp_path -> overrides): what a recipe reads from disk, written for its run
-PREPARE = {"grpo_soft_verifier": _tiny_verifier}
+PREPARE = {"grpo_soft_verifier": _tiny_verifier, "cooper": _tiny_reward_model}
 
 
 def _parity_reward(completion: str, answer: str) -> float:
@@ -451,7 +461,8 @@ def test_every_reproduction_arm_is_a_valid_config():
             if study.arms[arm]().reward_model.checkpoint:  # the study's RM of this seed, not trained here
                 rm_dir = reproduce.reward_model_dir("/root", name, study.arms[arm]().reward_model.checkpoint[3:], 2)
                 assert config.reward_model.checkpoint == os.path.join(rm_dir, "reward_model"), (name, arm)
-                config.reward_model.checkpoint = ""
+                config.reward_model.checkpoint = ""  # (and co-training needs one)
+                config.reward_model.co_train = False
             config_lib.parse(config)
             assert config.rl.steps == study.rl_steps and config.seed == study.seeds[-1], (name, arm)
         for rm_name in study.reward_models:

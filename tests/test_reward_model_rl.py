@@ -1,6 +1,7 @@
 """An outcome reward model as the RL reward (`config.reward_model`, `train.rollouts.with_reward_model`): a nano job
 whose RM checkpoint the test writes itself logs the RM's scores as its rewards ('replace'), or the rule reward plus
-the weighted score ('add'); the configs it cannot serve are refused, naming the field."""
+the weighted score ('add'); the configs it cannot serve are refused, naming the field; an RM co-trained with the policy
+(Cooper) learns on the step's verified pairs and resumes exactly."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from rl4llm import models
 from rl4llm import reward_model as rm
 from rl4llm.data import arithmetic
 from rl4llm.rewards import combine as combine_lib
+from rl4llm.rl import preference
 from rl4llm.tokenizers import sentencepiece_tokenizer
 from rl4llm.train import job
 from rl4llm.train import metrics as metrics_lib
+from rl4llm.train.companions import rm_cotraining
 from rl4llm.data import tasks as tasks_lib
 
 
@@ -94,4 +97,89 @@ def test_configs_the_rm_cannot_serve_are_refused(tmp_path):
     assert "config.reward_model.mode='replace'" in str(e.value)
     c = nano_job(str(tmp_path / "missing"))
     with pytest.raises(config_lib.ConfigError, match="config.reward_model.checkpoint"):
+        config_lib.parse(c)
+
+
+# ------------------------------------------------------------------------------ co-training (Cooper)
+
+
+def test_verified_pairs_hand_case():
+    """Per group: the accepted completion the RM scores lowest vs the rejected one it scores highest; a group the
+    verifier does not split has no pair."""
+    scores = jnp.array([0.5, -1.0, 2.0, 0.1, 3.0, 1.0, -2.0, 0.0])
+    correct = jnp.array([True, True, False, False, True, True, False, False])
+    groups = jnp.array([0, 0, 0, 0, 1, 1, 2, 2])
+    chosen, rejected, valid = preference.verified_pairs(scores, correct, groups, num_groups=3)
+    assert valid.tolist() == [True, False, False]
+    assert (int(chosen[0]), int(rejected[0])) == (1, 2)
+    # group 0's four (accepted, rejected) pairs: only 0.5 > 0.1 is ordered right
+    assert float(rm_cotraining.pair_accuracy(scores, correct, groups)) == pytest.approx(1 / 4)
+
+
+def write_tiny_rm(directory: str, seed: int = 0) -> None:
+    """A random nano RM (trunk and head) with no tokenizer fingerprint: any run's task tokenizer reads it."""
+    from tests.test_generative_verifier import VOCAB
+
+    cfg = models.get_config("nano", vocab_size=VOCAB)
+    head = {"kernel": jax.random.normal(jax.random.key(seed + 1), (cfg.hidden_size,)), "bias": jnp.asarray(0.0)}
+    rm.save(directory, cfg, {"trunk": models.init_params(cfg, jax.random.key(seed)), "head": head})
+
+
+def _co_training_job(tmp_path, monkeypatch):
+    from rl4llm import rewards
+    from tests.test_recipes import _parity_reward
+
+    monkeypatch.setitem(rewards.REWARDS, "parity", _parity_reward)  # groups the verifier splits
+    write_tiny_rm(str(tmp_path / "rm"))
+    c = nano_job(str(tmp_path / "rm"), mode="replace", co_train=True)
+    c.task.reward = "parity"
+    c.rl.steps = 3
+    return c
+
+
+def test_co_trained_rm_learns_on_verified_pairs_and_resumes_exactly(tmp_path, monkeypatch):
+    """Every step the RM takes a Bradley–Terry step on the groups the verifier splits, its state is checkpointed with
+    the policy's: a run stopped after step 2 and resumed scores step 3 with the RM it had trained (the same rewards and
+    RM loss as the uninterrupted run), not the checkpoint's."""
+    config = _co_training_job(tmp_path, monkeypatch)
+    full = tmp_path / "full"
+    job.run(config, str(full))
+    records = {r["step"]: r for r in _rl_records(full)}
+    assert sum(r["reward_model/pairs"] for r in records.values()) > 0
+    for r in records.values():
+        assert np.isfinite(r["reward_model/loss"]) and 0.0 <= r["reward_model/pair_accuracy"] <= 1.0
+        assert r["reward_model/grad_norm"] > 0 or r["reward_model/pairs"] == 0
+    resumed = tmp_path / "resumed"
+    job.run(config, str(resumed), stop_after_rl_step=2)
+    job.run(config, str(resumed))
+    again = {r["step"]: r for r in _rl_records(resumed)}
+    for key in ("reward_model/score_mean", "reward_model/loss", "reward_model/pair_accuracy", "reward"):
+        assert again[3][key] == pytest.approx(records[3][key], abs=1e-6), key
+    # the same job with the RM frozen: the same policy after the first step with pairs, whose next rollouts the
+    # co-trained RM then scores differently (it moved)
+    first = min(s for s, r in records.items() if r["reward_model/pairs"] > 0)
+    assert first < 3
+    frozen = tmp_path / "frozen"
+    config.reward_model.co_train = False
+    job.run(config, str(frozen))
+    frozen_records = {r["step"]: r for r in _rl_records(frozen)}
+    assert frozen_records[first]["reward"] == pytest.approx(records[first]["reward"], abs=1e-6)
+    assert frozen_records[first + 1]["reward_model/score_mean"] != pytest.approx(
+        records[first + 1]["reward_model/score_mean"], abs=1e-6)
+
+
+def test_co_training_config_errors(tmp_path):
+    c = nano_job("")
+    c.reward_model.co_train = True
+    with pytest.raises(config_lib.ConfigError, match="co_train=True trains the RM that scores the rollouts"):
+        config_lib.parse(c)
+    c = nano_job(str(tmp_path))
+    c.reward_model.co_train = True
+    c.task.pseudo_labels = "majority_vote"
+    with pytest.raises(config_lib.ConfigError, match="not config.task.pseudo_labels='majority_vote'"):
+        config_lib.parse(c)
+    c = nano_job(str(tmp_path))
+    c.reward_model.co_train = True
+    c.rl.async_rollouts = True
+    with pytest.raises(config_lib.ConfigError, match="not with config.rl.async_rollouts"):
         config_lib.parse(c)

@@ -777,9 +777,9 @@ def _normalises_components(rl) -> bool:
 def _reward_model_errors(config) -> list[str]:
     """An RM scoring rollouts (config.reward_model.checkpoint) enters the combined reward of a single-turn run."""
     rl, checkpoint = config.rl, config.reward_model.checkpoint
+    errors = _co_train_errors(config) if config.reward_model.co_train else []
     if not checkpoint:
-        return []
-    errors = []
+        return errors
     if agent_config.is_agent_config(config):
         errors.append(f"config.reward_model.checkpoint={checkpoint!r}: scores single-turn rollouts only; agent runs "
                       f"(config.agent.env={config.agent.env!r}) are scored by their env")
@@ -815,6 +815,21 @@ def _flaw_judge_errors(config) -> list[str]:
     if task.flaw_penalty and _normalises_components(rl):
         errors.append(f"config.task.flaw_penalty={task.flaw_penalty}: FAPO's penalty enters the combined reward only, "
                       f"which rl.advantage={rl.advantage!r} does not use (it normalises the components)")
+    return errors
+
+
+def _co_train_errors(config) -> list[str]:
+    """The co-trained RM learns from the rule verifier's labels of the step's own rollouts, synchronously."""
+    r, errors = config.reward_model, []
+    if not r.checkpoint:
+        errors.append("config.reward_model.co_train=True trains the RM that scores the rollouts; set "
+                      "config.reward_model.checkpoint")
+    if config.task.pseudo_labels != "none":
+        errors.append(f"config.reward_model.co_train=True learns from the rule verifier's labels, not "
+                      f"config.task.pseudo_labels={config.task.pseudo_labels!r}")
+    if config.rl.async_rollouts:
+        errors.append("config.reward_model.co_train=True scores each step with the RM the step before trained: not "
+                      "with config.rl.async_rollouts")
     return errors
 
 

@@ -234,6 +234,26 @@ def pairs_from_groups(
     return chosen, rejected, valid
 
 
+def verified_pairs(
+    model_scores: jax.Array,  # [N] reward-model scores
+    correct: jax.Array,  # [N] bool: the rule verifier accepts the completion
+    group_ids: jax.Array,  # [N]
+    *,
+    num_groups: int,
+) -> tuple[jax.Array, jax.Array, jax.Array]:  # chosen_index [G], rejected_index [G], valid [G]
+    """The reward-model training pair of each group whose completions the verifier splits (Cooper, Hong et al. 2025:
+    positives are what the high-precision verifier accepts): chosen = the accepted completion the RM scores LOWEST,
+    rejected = the rejected completion it scores HIGHEST — the pair the RM orders worst (the hardest-pair choice is
+    ours: Cooper's negatives are rewritten positives from an assistant model). `valid_g`: the group holds both an
+    accepted and a rejected completion. Ties: the first row (`pairs_from_groups`)."""
+    accepted = jnp.asarray(correct, bool)
+    # one key orders both: accepted rows above rejected ones, each side by the score reversed (in (2, 3] and [0, 1))
+    key = 2.0 * accepted + jax.nn.sigmoid(-_float(model_scores))
+    chosen, rejected, _ = pairs_from_groups(key, group_ids, num_groups=num_groups)
+    _, _, split = pairs_from_groups(accepted.astype(jnp.float32), group_ids, num_groups=num_groups)
+    return chosen, rejected, split
+
+
 def cpl_loss(
     policy_chosen_logp: jax.Array,  # [P] segment log-probs (`discounted_sequence_logprobs`)
     policy_rejected_logp: jax.Array,  # [P]

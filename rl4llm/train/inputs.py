@@ -25,6 +25,7 @@ from rl4llm.train import learner as learner_lib
 from rl4llm.train import rollouts
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import prime as prime_lib
+from rl4llm.train.companions import rm_cotraining
 
 # Stream of fold_in(step_key, ·) of ReMax's greedy rollout (which draws nothing, but gets its own key); minibatch
 # shuffles use 1 + epoch and learner updates 1000 + update index (`train.step`).
@@ -63,7 +64,8 @@ def _reward_components(d: StepData):
 def _baseline_scores(d: StepData):
     """ReMax's baseline: the reward of each prompt's greedy completion, over its group (`rollouts.greedy_baseline`)."""
     baseline = rollouts.greedy_baseline_scores(d.config, d.setup, d.state.params, d.step,
-                                               jax.random.fold_in(d.step_key, _GREEDY_BASELINE_STREAM))
+                                               jax.random.fold_in(d.step_key, _GREEDY_BASELINE_STREAM),
+                                               rm_cotraining.params(d.config, d.state))
     return {"baseline_scores": jnp.asarray(baseline)}, {"greedy_baseline_reward": baseline.mean()}
 
 

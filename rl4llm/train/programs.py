@@ -21,6 +21,7 @@ from rl4llm.train.companions import epo as epo_lib
 from rl4llm.train.companions import prime as prime_lib
 from rl4llm.train.companions import relift as relift_lib
 from rl4llm.train.companions import reward_weighting
+from rl4llm.train.companions import rm_cotraining
 
 def several_updates_per_step(config) -> bool:
     """More than one optimizer update per rollout batch: PPO "old" log-probs need their own pass."""
@@ -75,6 +76,9 @@ class RLPrograms:
     # ReLIFT (relift.batch_size > 0), else None: (params, opt_state, tokens, attention, completion_mask) -> (params,
     # opt_state, metrics), one SFT step on buffered hardest questions (`companions.relift.make_step`).
     relift_step: Callable | None = None
+    # The outcome RM co-trained with the policy (reward_model.co_train), else None: (RMState, CoTrainBatch) -> (RMState,
+    # metrics), one Bradley-Terry update on the step's verified pairs (`companions.rm_cotraining`).
+    reward_model_step: Callable | None = None
 
 
 def _micro_batched(fn: Callable, micro_batch_size: int, mesh, params, tokens, attention_mask):
@@ -148,6 +152,8 @@ def build_rl_programs(config, setup, optimizer, *, state=None) -> RLPrograms:
         extra_programs["component_gram_fn"] = reward_weighting.make_gram_fn(setup.model_cfg, lcfg)
     if relift_lib.enabled(config):
         extra_programs["relift_step"] = relift_lib.make_step(config, setup)
+    if rm_cotraining.enabled(config):
+        extra_programs["reward_model_step"] = rm_cotraining.make_step(config, setup)
     return RLPrograms(
         optimizer=optimizer,
         learner_step=learner_lib.make_learner_step(setup.model_cfg, lcfg, optimizer, setup.layout, state),

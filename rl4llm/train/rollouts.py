@@ -84,11 +84,12 @@ def step_prompts(config, setup: Setup, step: int):
 
 
 def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, completion_mask, prompts, answers,
-          group_ids: np.ndarray, prefixes=None):
+          group_ids: np.ndarray, prefixes=None, reward_model_params=None):
     """Host rewards of the rows `[prompt | completion]` ([N, P], [N, T] host arrays; the batch scored in one
     pipeline call and, with `config.reward_model.checkpoint`, one RM call: `with_reward_model`).
     `prompts` [N]: each row's prompt text (the process judge reads it, `config.task.flaw_judge`); `prefixes` [N]: text
-    scored before each completion (a hint the prompt already holds), or None.
+    scored before each completion (a hint the prompt already holds), or None; `reward_model_params`: the co-trained
+    RM's (`companions.rm_cotraining`), None: the checkpoint's.
 
     Returns (rewards [N], main reward [N], reward components [N, K], reward metrics, the process judge's `Rows` fields
     (`process_fields`)).
@@ -107,7 +108,7 @@ def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, c
         first_flaws=first_flaws)
     if setup.reward_model is not None:
         tokens, mask = batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask)
-        scores = with_reward_model(config, setup, tokens, mask, scores, main, metrics)
+        scores = with_reward_model(config, setup, tokens, mask, scores, main, metrics, reward_model_params)
     if setup.verifier is not None:
         questions = batches.decode_completions(setup.tokenizer, prompt_tokens, prompt_mask)
         scores = with_verifier(config, setup, questions, answers, texts, scores, main, group_ids, metrics)
@@ -149,12 +150,13 @@ def with_verifier(config, setup: Setup, questions, answers, texts, rewards, main
     return combine_lib.with_model_score(rewards, model_scores, weight=v.weight, mode=v.mode)
 
 
-def with_reward_model(config, setup: Setup, tokens, mask, rewards, main, metrics: dict) -> np.ndarray:
+def with_reward_model(config, setup: Setup, tokens, mask, rewards, main, metrics: dict, params=None) -> np.ndarray:
     """The pipeline's `rewards` [N] with the outcome RM's scores of the `[prompt | completion]` sequences `tokens`
     [N, P+T] (`reward_model.Scorer`: one jitted call for the batch, one transfer of [N] scores), combined by
     `config.reward_model.mode` / `weight` (`rewards.combine.with_model_score`). `main` (correctness) is left as it
-    is. Adds `reward_model/score_mean`, `reward_model/score_std` and the rule reward's mean to `metrics`."""
-    model_scores = setup.reward_model(tokens, mask)
+    is. Adds `reward_model/score_mean`, `reward_model/score_std` and the rule reward's mean to `metrics`. `params`:
+    the RM's (co-trained), None: the checkpoint's."""
+    model_scores = setup.reward_model(tokens, mask, params)
     metrics["reward_model/score_mean"] = float(model_scores.mean())
     metrics["reward_model/score_std"] = float(model_scores.std())
     metrics[f"reward/{config.task.reward}"] = float(np.mean(main))
@@ -162,7 +164,7 @@ def with_reward_model(config, setup: Setup, tokens, mask, rewards, main, metrics
     return combine_lib.with_model_score(rewards, model_scores, weight=r.weight, mode=r.mode)
 
 
-def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.ndarray:
+def greedy_baseline_scores(config, setup: Setup, params, step: int, key, reward_model_params=None) -> np.ndarray:
     """ReMax baseline (Li et al. 2024): reward of the greedy completion of each prompt, repeated over its group [N].
 
     One extra greedy rollout of the step's B prompts (verl: `do_sample=False` generation in the trainer).
@@ -171,7 +173,7 @@ def greedy_baseline_scores(config, setup: Setup, params, step: int, key) -> np.n
     rollout = generate(setup, params, prompt_tokens, prompt_mask, key, setup.eval_spec.greedy)
     tokens, mask = jax.device_get((rollout.completion_tokens, rollout.completion_mask))
     scores = score(config, setup, prompt_tokens, prompt_mask, tokens, mask, [e.prompt for e in examples],
-                   [e.answer for e in examples], np.arange(len(examples)))[0]
+                   [e.answer for e in examples], np.arange(len(examples)), reward_model_params=reward_model_params)[0]
     return np.repeat(scores, config.rl.num_generations)
 
 
@@ -201,12 +203,13 @@ def with_traces(config, setup: Setup, completions: dict, counts: np.ndarray, tra
 
 
 def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes, traces=None, greedy=False,
-                  *, entropy_stats=None, solutions=None):
+                  *, entropy_stats=None, solutions=None, reward_model_params=None):
     """`counts[i]` completions of each prompt `prompts[i]` (in order), then its off-policy `traces[i]` (texts; None:
     none, `with_traces`), all scored against `answers[i]` in one call with `prefixes[i]` scored before each
     completion; `greedy`: decoded greedily (the evaluation's sampling config) instead of at the rollout's, which
     reads HAPO's `entropy_stats` with an adaptive temperature (`temperature_metrics`); `solutions[i]`: the
-    example's reference solution, carried by its rows (`Rows.solutions`, ReLIFT), or None.
+    example's reference solution, carried by its rows (`Rows.solutions`, ReLIFT), or None; `reward_model_params`:
+    the co-trained RM's (`score`).
     -> (`prompt_selection.Rows` [sum(counts) + traces], reward metrics)."""
     counts = np.asarray(counts)
     prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
@@ -231,7 +234,8 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     row_tokens, row_mask = prompt_tokens[group_ids], prompt_mask[group_ids]
     scores, main, components, reward_metrics, process = score(
         config, setup, row_tokens, row_mask, completions["completion_tokens"], completions["completion_mask"],
-        np.repeat(prompts, sizes).tolist(), np.repeat(answers, sizes).tolist(), group_ids, np.repeat(prefixes, sizes).tolist() if any(prefixes) else None,
+        np.repeat(prompts, sizes).tolist(), np.repeat(answers, sizes).tolist(), group_ids,
+        np.repeat(prefixes, sizes).tolist() if any(prefixes) else None, reward_model_params,
     )
     rows = prompt_selection.Rows(
         prompt_tokens=row_tokens, prompt_mask=row_mask, scores=scores, main=main, components=components,
@@ -310,16 +314,19 @@ def check_prompt_groups(rows: prompt_selection.Rows, group_ids: np.ndarray, prom
                          f"--config.rl.shared_prompt_forward=False and report the config.")
 
 
-def rollout_and_score(config, setup: Setup, params, step: int, key, selection_state=None, entropy_stats=None):
+def rollout_and_score(config, setup: Setup, params, step: int, key, selection_state=None, entropy_stats=None,
+                      reward_model_params=None):
     """The step's rollouts under `config.selection` (`prompt_selection.Selector.collect`: uniform prompts with G
-    completions each by default), scored on the host; `entropy_stats`: HAPO's adaptive temperature's, else None.
+    completions each by default), scored on the host; `entropy_stats`: HAPO's adaptive temperature's, else None;
+    `reward_model_params`: the co-trained RM's, else None.
 
     Returns (rollout, scores [N], reward components [N, K], group ids [N], off-policy tokens [N, T] bool
     (`rows.off_policy_tokens`), the rows' token layouts by `inputs.StepData` field (tree node ids [N, T+1] of tree
     rollouts, config.tree; the judge's step scores and ends [N, T], config.task.step_reward; None when off), host
     metrics, new selection state, ReLIFT's new buffer rows (`companions.relift.hardest_questions`; None when off)).
     """
-    generate = functools.partial(generate_rows, config, setup, params, entropy_stats=entropy_stats)
+    generate = functools.partial(generate_rows, config, setup, params, entropy_stats=entropy_stats,
+                                 reward_model_params=reward_model_params)
     collected, selection_state = setup.selector.collect(selection_state, step, key, generate)
     rows = collected.rows
     check_prompt_groups(rows, collected.group_ids, config_lib.shared_prompt_group(config))

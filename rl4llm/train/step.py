@@ -36,6 +36,7 @@ class RolloutBatch:
     reward_components: Any = None  # re-weighted runs: companions.reward_weighting.ComponentBatch, else None
     entropy_stats: Any = None  # HAPO's adaptive temperature: this step's stats for the next (companions), else None
     relift_rows: Any = None  # ReLIFT: this step's hardest questions as SFT rows (relift.hardest_questions), else None
+    reward_model_batch: Any = None  # the co-trained RM's pairs' rows (companions.rm_cotraining.CoTrainBatch), else None
 
 
 def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatch, step: int):
