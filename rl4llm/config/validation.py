@@ -837,7 +837,7 @@ def _step_reward_errors(config) -> list[str]:
     """Step rewards come from a process judge and go to an estimator that takes process rewards other than PRIME's
     (which trains its own implicit PRM for them); `process_grpo` has no other source."""
     task, rl, errors = config.task, config.rl, []
-    takes = "process_rewards" in registry.advantage_inputs(rl.advantage)
+    takes = rl.advantage in registry.ADVANTAGES and "process_rewards" in registry.advantage_inputs(rl.advantage)
     if task.step_reward != "none":
         if task.flaw_judge == "none":
             errors.append(f"config.task.step_reward={task.step_reward!r}: rewards the steps a process judge labels; set "

@@ -103,9 +103,8 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
             params_version: int | None = None) -> RolloutBatch:
     """The learner's inputs of RL step `step`: the scored rollout (`rollouts.rollout_and_score`) of the prompts the
     prompt selection's state `selection` picks (None: `config.selection` keeps none), the rollout policy's forward
-    pass when needed, the estimator's standard inputs (`train.inputs`), advantages and the LearnerBatch, with the
-    selection's new state. Reads `state` and never updates it. `params_version`: RL steps done by `state.params`
-    (default `step`: synchronous)."""
+    pass when needed, the estimator's inputs (`train.inputs`), advantages and the LearnerBatch, with the selection's
+    new state. Reads `state`, never updates it. `params_version`: RL steps done by `state.params` (default `step`)."""
     rl = config.rl
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
