@@ -12,7 +12,8 @@ evaluation cadence and the metric keys it keeps. The script
      run starts from the same policy; the seed changes the RL data order and sampling), `--workers` at a time, each
      in its own process (`--job=<arm>/<seed>` runs one), seed-major (every arm's first seed before any second seed);
      a run another driver is running (its `<workdir>.pid` is alive) is left to it,
-  3. writes `notebooks/results/<study>.jsonl` (`rl4llm.analysis.results`): one record per (arm, seed, logged
+  3. writes, in a fresh process (`--job=collect`: runs may be written by newer code than the driver imported),
+     `notebooks/results/<study>.jsonl` (`rl4llm.analysis.results`): one record per (arm, seed, logged
      step) with the study's keys, step 0 = the warm start's evaluation. The notebooks redraw every figure from it.
      Records the file already holds for runs not under `--root` (run earlier, elsewhere) are kept if they start
      from the same warm start (equal step-0 evaluation; otherwise it stops with an error).
@@ -46,7 +47,8 @@ _RESULTS = flags.DEFINE_string("results", None, "Results JSONL (default notebook
 _WORKERS = flags.DEFINE_integer("workers", 1, "Runs at a time (each in its own process).")
 _ARMS = flags.DEFINE_list("arms", None, "Only these arms (default: all of the study's).")
 _SEEDS = flags.DEFINE_list("seeds", None, "Only these seeds (default: the study's).")
-_JOB = flags.DEFINE_string("job", None, "Internal: run one '<arm>/<seed>' in this process.")
+_JOB = flags.DEFINE_string("job", None, "Internal: run one '<arm>/<seed>' in this process, or 'collect': write the "
+                           "results files of the finished runs.")
 _SAMPLES = flags.DEFINE_integer("samples", 0, "Also write <results>_samples.jsonl: this many held-out completions of "
                                 "the warm start and of each finished run's last checkpoint (`write_samples`).")
 
@@ -520,6 +522,20 @@ def _pending(study_name: str, root: str, arms, seeds) -> list[tuple[str, int]]:
             and not _running(run_dir(root, study_name, arm, seed))]
 
 
+def write_results(study_name: str, root: str) -> None:
+    """The study's results files from its finished runs: `collect`, `collect_reward_models` and, with --samples,
+    `write_samples`."""
+    path = _RESULTS.value or os.path.join(_REPO, "notebooks", "results", f"{study_name}.jsonl")
+    print(f"wrote {collect(study_name, root, path)} records to {path}", flush=True)
+    if STUDIES[study_name].reward_models:
+        rm_path = path.removesuffix(".jsonl") + "_reward_models.jsonl"
+        print(f"wrote {collect_reward_models(study_name, root, rm_path)} records to {rm_path}", flush=True)
+    if _SAMPLES.value:
+        samples_path = path.removesuffix(".jsonl") + "_samples.jsonl"
+        print(f"wrote {write_samples(study_name, root, samples_path, _SAMPLES.value)} records to {samples_path}",
+              flush=True)
+
+
 def main(argv):
     del argv
     from rl4llm.train import host_memory
@@ -527,6 +543,9 @@ def main(argv):
     host_memory.reuse_freed_memory()  # before JAX starts its threads
     study = STUDIES[_STUDY.value]
     root = _ROOT.value
+    if _JOB.value == "collect":
+        write_results(_STUDY.value, root)
+        return
     if _JOB.value:
         arm, seed = _JOB.value.split("/")
         if arm.startswith("rm:"):
@@ -562,15 +581,9 @@ def main(argv):
             f.write(str(running[-1].pid))
         print(f"started {arm} seed {seed}", flush=True)
     failed = [p.args[-1] for p in running if p.wait() != 0]
-    path = _RESULTS.value or os.path.join(_REPO, "notebooks", "results", f"{_STUDY.value}.jsonl")
-    print(f"wrote {collect(_STUDY.value, root, path)} records to {path}", flush=True)
-    if study.reward_models:
-        rm_path = path.removesuffix(".jsonl") + "_reward_models.jsonl"
-        print(f"wrote {collect_reward_models(_STUDY.value, root, rm_path)} records to {rm_path}", flush=True)
-    if _SAMPLES.value:
-        samples_path = path.removesuffix(".jsonl") + "_samples.jsonl"
-        print(f"wrote {write_samples(_STUDY.value, root, samples_path, _SAMPLES.value)} records to {samples_path}",
-              flush=True)
+    # in a fresh process: the runs' configs may hold fields newer than this driver's imported code (a long study)
+    subprocess.run([sys.executable, "-m", "experiments.reproduce", *sys.argv[1:], "--job=collect"], cwd=_REPO,
+                   check=True)
     if failed:
         sys.exit(f"failed runs: {failed} (logs in {root})")
 
