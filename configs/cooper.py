@@ -8,9 +8,9 @@ REWARD_MODEL = "/tmp/rl4llm/cooper_rm/reward_model"  # where step 1 of the docst
 
 def get_config():
     """The main job rewarded by an outcome RM's score alone (`reward_model.mode="replace"`), the RM co-trained
-    (`reward_model.co_train`, `rl4llm/train/companions/rm_cotraining.py`): each RL step, in every group the rule
-    verifier splits, the accepted completion the RM scores lowest vs the rejected one it scores highest, one
-    Bradley–Terry update (the RM's training fields: lr 1e-3, clip 1.0). The verifier never enters the policy's reward:
+    (`reward_model.co_train`, `rl4llm/train/companions/rm_cotraining.py`): each RL step, one Bradley–Terry update on
+    every (accepted, rejected) pair of the groups the rule verifier splits (`reward_model.co_train_pairs="all"`;
+    "hardest": each group's pair the RM orders worst), with the RM's training fields (lr 1e-3, clip 1.0). The verifier never enters the policy's reward:
     it only labels the RM's pairs (Cooper's high-precision positives). Departures: Cooper's RM reads the reference
     answer (VerifyRM) and its negatives are an assistant model's rewrites of positives; ours reads (prompt,
     completion) and its negatives are the policy's own rejected completions the RM overrates.

@@ -263,8 +263,11 @@ STUDIES = {
               "rm_corrupted_add": _recipe("default", task__flaw_judge="arithmetic_steps",
                                           reward_model__checkpoint="rm:corrupted", reward_model__mode="add",
                                           reward_model__weight=0.1),
-              # the same RM alone, co-trained on the policy's verified pairs every step (Cooper, configs/cooper.py)
-              "rm_corrupted_cooper": _recipe("cooper", reward_model__checkpoint="rm:corrupted")},
+              # the same RM alone, co-trained on the policy's verified pairs every step (Cooper, configs/cooper.py): on
+              # all (accepted, rejected) pairs of each group, or on each group's worst-ordered pair only
+              "rm_corrupted_cooper": _recipe("cooper", reward_model__checkpoint="rm:corrupted"),
+              "rm_corrupted_cooper_hardest": _recipe("cooper", reward_model__checkpoint="rm:corrupted",
+                                                     reward_model__co_train_pairs="hardest")},
         seeds=(0, 1, 2),
         rl_steps=100,
         eval_every=25,

@@ -114,6 +114,9 @@ def test_verified_pairs_hand_case():
     assert (int(chosen[0]), int(rejected[0])) == (1, 2)
     # group 0's four (accepted, rejected) pairs: only 0.5 > 0.1 is ordered right
     assert float(rm_cotraining.pair_accuracy(scores, correct, groups)) == pytest.approx(1 / 4)
+    softplus = lambda x: np.log1p(np.exp(x))  # noqa: E731
+    by_hand = np.mean([softplus(-(a - b - 0.5)) for a in (0.5, -1.0) for b in (2.0, 0.1)])
+    assert float(rm_cotraining.all_pairs_loss(scores, correct, groups, 0.5)) == pytest.approx(by_hand, rel=1e-5)
 
 
 def write_tiny_rm(directory: str, seed: int = 0) -> None:

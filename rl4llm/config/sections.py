@@ -251,9 +251,12 @@ class RewardModel:
     mode: str = param("replace", "RL: the reward is weight*score ('replace') or rule reward + weight*score ('add')",
                       OneOf(combine_lib.REWARD_MODEL_MODES))
     weight: float = param(1.0, "RL: the RM score's weight in the reward", Between(-1e6, 1e6))
-    co_train: bool = param(False, "RL: train the RM with the policy (Cooper): a Bradley-Terry step per RL step on each "
-                           "group's verifier-accepted vs -rejected completion it orders worst, with the training fields "
-                           "(learning_rate, weight_decay, grad_clip, margin)", Boolean())
+    co_train: bool = param(False, "RL: train the RM with the policy (Cooper): a Bradley-Terry step per RL step on the "
+                           "groups' verifier-accepted vs -rejected completions (co_train_pairs), with the training "
+                           "fields (learning_rate, weight_decay, grad_clip, margin)", Boolean())
+    co_train_pairs: str = param("all", "RL co-training: every (accepted, rejected) pair of a group ('all', InstructGPT's "
+                                "K-choose-2 comparisons) or only the one the RM orders worst ('hardest')",
+                                OneOf(("all", "hardest")))
     init_from: str = param("", "training: an experiments.train workdir whose SFT policy (and tokenizer) the trunk "
                            "starts from (InstructGPT); '' = config.model's init",
                            Satisfies(lambda v: not v or os.path.isdir(os.path.join(v, "checkpoints", "sft")),

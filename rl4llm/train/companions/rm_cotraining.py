@@ -4,11 +4,13 @@ Reward Models in Reinforcement Learning for Large Language Models"), `config.rew
 The RM that scores the rollouts (`config.reward_model.checkpoint`) is part of the run's state
 (`TrainState.extras["reward_model"]`: params and AdamW state, checkpointed and resumed with the policy). Each RL step
 scores the rollouts with the RM as it stands, then, before the policy's update, the RM takes one Bradley–Terry step
-on the step's own pairs: in every group the rule verifier splits, the accepted completion the RM scores lowest vs the
-rejected one it scores highest (`rl.preference.verified_pairs`). Positives come from the high-precision verifier as in
-Cooper; its negatives are an assistant model's rewrites of positives, ours are the policy's own rejected completions
-the RM overrates — exactly what a policy hacking the RM produces. The update uses the RM's training fields
-(`reward_model.learning_rate`, `weight_decay`, `grad_clip`, `margin`; no warm-up).
+on the step's own pairs, within the groups the rule verifier splits (`reward_model.co_train_pairs`): every (accepted,
+rejected) pair of a group, the mean over all of them (`all_pairs_loss`: InstructGPT's K-choose-2 comparisons of one
+prompt), or only the accepted completion the RM scores lowest vs the rejected one it scores highest
+(`rl.preference.verified_pairs`: `hardest`). Positives come from the high-precision verifier as in Cooper; its
+negatives are an assistant model's rewrites of positives, ours are the policy's own rejected completions — what a
+policy hacking the RM produces. The update uses the RM's training fields (`reward_model.learning_rate`,
+`weight_decay`, `grad_clip`, `margin`; no warm-up).
 
 Reward-hacking monitors (before the update, on the step's rollouts): `reward_model/pair_accuracy`, the share of
 (accepted, rejected) pairs of a group the RM orders right (falls when the policy finds what the RM overrates;
@@ -56,22 +58,32 @@ def pair_accuracy(scores: jax.Array, correct: jax.Array, group_ids: jax.Array) -
     return jnp.sum(right) / jnp.maximum(jnp.sum(pairs), 1)
 
 
-def objective(cfg, num_groups: int, margin: float, params, batch: CoTrainBatch):
-    """Mean Bradley–Terry loss of the step's `verified_pairs`, all rows scored in one forward; metrics `loss`,
-    `hard_pair_accuracy`, `pair_accuracy` (before the update), `pairs`."""
+def all_pairs_loss(scores: jax.Array, correct: jax.Array, group_ids: jax.Array, margin: float) -> jax.Array:
+    """Mean Bradley–Terry loss −log σ(r_i − r_j − m) over every pair (i accepted, j rejected) of one group (0 when
+    there is none)."""
+    pairs = (group_ids[:, None] == group_ids[None, :]) & correct[:, None] & ~correct[None, :]  # [N, N]
+    losses = jax.nn.softplus(-(scores[:, None] - scores[None, :] - margin))
+    return jnp.sum(jnp.where(pairs, losses, 0.0)) / jnp.maximum(jnp.sum(pairs), 1)
+
+
+def objective(cfg, num_groups: int, margin: float, pairs: str, params, batch: CoTrainBatch):
+    """The Bradley–Terry loss of the step's pairs (`pairs`: "all" or "hardest"), all rows scored in one forward;
+    metrics `loss`, `pair_accuracy` (all pairs) and `hard_pair_accuracy` (each group's worst-ordered pair) before
+    the update, `pairs` (groups with a pair)."""
     scores = rm_lib.score(cfg, params, batch.tokens, batch.attention_mask)
     fixed = jax.lax.stop_gradient(scores)
     chosen, rejected, valid = preference.verified_pairs(fixed, batch.correct, batch.group_ids, num_groups=num_groups)
-    _, metrics = preference.bradley_terry_loss(scores[chosen], scores[rejected], margin=jnp.float32(margin),
+    _, hardest = preference.bradley_terry_loss(scores[chosen], scores[rejected], margin=jnp.float32(margin),
                                                valid=valid)
-    loss = metrics["loss"]
-    return loss, {"loss": loss, "hard_pair_accuracy": metrics["accuracy"], "pairs": jnp.sum(valid),
+    loss = hardest["loss"] if pairs == "hardest" else all_pairs_loss(scores, batch.correct, batch.group_ids, margin)
+    return loss, {"loss": loss, "hard_pair_accuracy": hardest["accuracy"], "pairs": jnp.sum(valid),
                   "pair_accuracy": pair_accuracy(fixed, batch.correct, batch.group_ids)}
 
 
 def make_step(config, setup):
     """Jitted `(RMState, CoTrainBatch) -> (RMState, metrics)`: one update (`reward_model.train_step`), state donated."""
-    fn = functools.partial(objective, setup.reward_model.cfg, config.rl.num_prompts, config.reward_model.margin)
+    r = config.reward_model
+    fn = functools.partial(objective, setup.reward_model.cfg, config.rl.num_prompts, r.margin, r.co_train_pairs)
     return jax.jit(functools.partial(rm_lib.train_step, fn, make_optimizer(config)), donate_argnums=0)
 
 
