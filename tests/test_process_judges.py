@@ -163,6 +163,13 @@ def test_evaluation_reports_the_judges_flaw_metrics(tmp_path):
     ({"task.flaw_judge": "arithmetic_steps", "task.flaw_penalty": 0.5, "rl.advantage": "gdpo",
       "task.extra_rewards": "format_arithmetic:0.5"}, "FAPO's penalty enters the combined reward only"),
     ({"task.flaw_judge": "steps"}, "config.task.flaw_judge='steps'"),
+    # step rewards (tests/test_step_rewards.py)
+    ({"task.step_reward": "prm_clip", "rl.advantage": "process_grpo"}, "set config.task.flaw_judge"),
+    ({"task.step_reward": "thought", "task.flaw_judge": "arithmetic_steps"}, "use rl.advantage='process_grpo'"),
+    ({"task.step_reward": "thought", "task.flaw_judge": "arithmetic_steps", "rl.advantage": "prime"},
+     "rl.advantage='prime' does not train on a judge's step rewards"),
+    ({"rl.advantage": "process_grpo", "task.flaw_judge": "arithmetic_steps"}, "set config.task.step_reward"),
+    ({"task.step_reward": "steps"}, "config.task.step_reward='steps'"),
 ])
 def test_config_errors(overrides, message):
     config = default.get_config()

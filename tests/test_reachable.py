@@ -20,7 +20,9 @@ from tests.test_multi_turn import agent_config
 _TREE = {"tree.enabled": True, "tree.initial_paths": 2, "tree.branch_points": 1, "tree.branches": 1,
          "tree.iterations": 1, "rl.num_generations": 4}
 NEEDS = {"gbpo": {"rl.loss": "gbpo"}, "gdpo": {"task.extra_rewards": "format_think_answer:0.5"},
-         "treerl": _TREE, "tree_opo": _TREE, "cure": {**_TREE, "tree.criterion": "critical"}}
+         "treerl": _TREE, "tree_opo": _TREE, "cure": {**_TREE, "tree.criterion": "critical"},
+         # step rewards from the exact step judge (TP-GRPO's thoughts)
+         "process_grpo": {"task.flaw_judge": "arithmetic_steps", "task.step_reward": "thought"}}
 
 
 @pytest.mark.parametrize("name", sorted(registry.ADVANTAGES))

@@ -1,7 +1,8 @@
 """Step-level process rewards (rl4llm.rl.process, rl4llm.rewards.process.step_layout): the arithmetic judge's
 segment labels by hand and against its first flaw, PRM Clip / Delta and TP-GRPO's thoughts on hand-built rows and
 their properties (Delta's return telescopes to the step's score, Clip's total is never positive), the labels placed
-on the real tokenizer's tokens, `process_grpo` by hand, the provider's rewards on a real rollout, and config errors."""
+on the real tokenizer's tokens, `process_grpo` by hand, and the recipes (their config errors are
+test_process_judges.py's)."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -106,7 +107,7 @@ def test_step_reward_properties_on_random_rows():
                                atol=1e-5)
     # thoughts: one non-zero reward per run of equal labels; no step end, no reward
     labels = np.asarray(scores) >= 0.5
-    runs = [len([k for k, (a, b) in enumerate(zip(row[1:], row[:-1]) ) if a != b]) + 1 if row.size else 0
+    runs = [1 + int(np.sum(row[1:] != row[:-1])) if row.size else 0
             for row in (labels[i][np.asarray(ends)[i]] for i in range(n))]
     np.testing.assert_array_equal(np.asarray(process.count_thoughts(scores, ends)), runs)
 
@@ -162,21 +163,6 @@ def test_process_grpo_by_hand():
     plain = registry.get_advantage("process_grpo")(scores, group_ids, mask, num_groups=2,
                                                    process_rewards=jnp.zeros((4, 4)))
     np.testing.assert_allclose(plain, advantages.grpo(scores, group_ids, num_groups=2)[:, None] * mask, atol=1e-6)
-
-
-@pytest.mark.parametrize("overrides, message", [
-    ({"task.step_reward": "prm_clip", "rl.advantage": "process_grpo"}, "set config.task.flaw_judge"),
-    ({"task.step_reward": "thought", "task.flaw_judge": "arithmetic_steps"}, "use rl.advantage='process_grpo'"),
-    ({"task.step_reward": "thought", "task.flaw_judge": "arithmetic_steps", "rl.advantage": "prime"},
-     "rl.advantage='prime' does not train on a judge's step rewards"),
-    ({"rl.advantage": "process_grpo", "task.flaw_judge": "arithmetic_steps"}, "set config.task.step_reward"),
-    ({"task.step_reward": "steps"}, "config.task.step_reward='steps'"),
-])
-def test_step_reward_config_errors(overrides, message):
-    config = default.get_config()
-    config.update_from_flattened_dict(overrides)
-    with pytest.raises(config_lib.ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        config_lib.parse(config)
 
 
 def test_the_recipes_are_the_default_run_with_step_rewards():

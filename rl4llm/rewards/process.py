@@ -63,9 +63,9 @@ def step_layout(decode: Callable[[Sequence[int]], str], labels: Sequence[Sequenc
     scores, ends = np.zeros((n, width), np.float32), np.zeros((n, width), bool)
     for i, (row_labels, text, prefix) in enumerate(zip(labels, texts, prefix_chars)):
         valid = int(completion_mask[i].sum())
-        char_ends = token_char_ends(decode, completion_tokens[i, :valid].tolist())
         if valid == 0:
             continue
+        char_ends = token_char_ends(decode, completion_tokens[i, :valid].tolist())
         segment_ends = [k + 1 for k, ch in enumerate(text) if ch == ";"][: len(row_labels) - 1] + [len(text)]
         for label, end in zip(row_labels, segment_ends):
             if end - prefix <= 0:
