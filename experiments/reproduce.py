@@ -267,7 +267,10 @@ STUDIES = {
               # all (accepted, rejected) pairs of each group, or on each group's worst-ordered pair only
               "rm_corrupted_cooper": _recipe("cooper", reward_model__checkpoint="rm:corrupted"),
               "rm_corrupted_cooper_hardest": _recipe("cooper", reward_model__checkpoint="rm:corrupted",
-                                                     reward_model__co_train_pairs="hardest")},
+                                                     reward_model__co_train_pairs="hardest"),
+              # all pairs at a tenth of the RM's learning rate: does the RM still flatten?
+              "rm_corrupted_cooper_slow": _recipe("cooper", reward_model__checkpoint="rm:corrupted",
+                                                  reward_model__learning_rate=1e-4)},
         seeds=(0, 1, 2),
         rl_steps=100,
         eval_every=25,
