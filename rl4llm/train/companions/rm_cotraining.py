@@ -14,8 +14,8 @@ policy hacking the RM produces. The update uses the RM's training fields (`rewar
 
 Reward-hacking monitors (before the update, on the step's rollouts): `reward_model/pair_accuracy`, the share of
 (accepted, rejected) pairs of a group the RM orders right (falls when the policy finds what the RM overrates;
-1 = the RM agrees with the verifier), `reward_model/hard_pair_accuracy` (on the trained pairs), `reward_model/loss`,
-`reward_model/pairs` (groups with a pair) and `reward_model/grad_norm`.
+1 = the RM agrees with the verifier), `reward_model/hard_pair_accuracy` (on each group's worst-ordered pair),
+`reward_model/loss`, `reward_model/pairs` (groups with a pair) and `reward_model/grad_norm`.
 """
 
 from __future__ import annotations
@@ -49,11 +49,15 @@ def make_optimizer(config):
     return optim.make_optimizer(r.learning_rate, 0, r.weight_decay, r.grad_clip)
 
 
+def _group_pairs(correct: jax.Array, group_ids: jax.Array) -> jax.Array:  # [N, N] bool
+    """(i, j): i accepted and j rejected by the verifier, in one group."""
+    return (group_ids[:, None] == group_ids[None, :]) & correct[:, None] & ~correct[None, :]
+
+
 def pair_accuracy(scores: jax.Array, correct: jax.Array, group_ids: jax.Array) -> jax.Array:
     """The share of a group's (accepted, rejected) pairs whose accepted completion scores strictly higher, over all
     such pairs of the batch (0 when there is none)."""
-    same = group_ids[:, None] == group_ids[None, :]
-    pairs = same & correct[:, None] & ~correct[None, :]  # [N, N]: i accepted, j rejected, one group
+    pairs = _group_pairs(correct, group_ids)
     right = pairs & (scores[:, None] > scores[None, :])
     return jnp.sum(right) / jnp.maximum(jnp.sum(pairs), 1)
 
@@ -61,7 +65,7 @@ def pair_accuracy(scores: jax.Array, correct: jax.Array, group_ids: jax.Array) -
 def all_pairs_loss(scores: jax.Array, correct: jax.Array, group_ids: jax.Array, margin: float) -> jax.Array:
     """Mean Bradley–Terry loss −log σ(r_i − r_j − m) over every pair (i accepted, j rejected) of one group (0 when
     there is none)."""
-    pairs = (group_ids[:, None] == group_ids[None, :]) & correct[:, None] & ~correct[None, :]  # [N, N]
+    pairs = _group_pairs(correct, group_ids)
     losses = jax.nn.softplus(-(scores[:, None] - scores[None, :] - margin))
     return jnp.sum(jnp.where(pairs, losses, 0.0)) / jnp.maximum(jnp.sum(pairs), 1)
 
