@@ -17,6 +17,7 @@ from configs import default
 from rl4llm import models
 from rl4llm import rewards
 from rl4llm.rewards import arithmetic as arithmetic_reward
+from rl4llm.train import batches
 from rl4llm.train import checkpointing
 from rl4llm import config as config_lib
 from rl4llm.train import evaluate
@@ -540,3 +541,35 @@ def test_shared_prompt_rows_are_checked_and_the_group_is_chosen_by_the_config():
         section, name = field.split(".")
         setattr(c[section], name, value)
         assert validation.shared_prompt_group(config_lib.parse(c)) == 1, field
+
+
+def test_sft_batch_is_each_prompt_and_solution_unpadded_with_the_loss_on_the_solution(tmp_path):
+    """An SFT row is the prompt's tokens then the solution's (+ eos), right-padded to the next multiple of
+    `SFT_LENGTH_BUCKET` of the longest row; its loss mask covers the solution's tokens. The loss equals the one of
+    the prompt-bucketed layout (left-padded prompt | right-padded completion), whose padding it drops."""
+    from rl4llm.train import setup as setup_lib
+    from rl4llm.train import sft
+
+    config = config_lib.parse(tiny_config())
+    setup = setup_lib.build_setup(config, str(tmp_path))
+    tokens, attention, loss_mask = single_turn.sft_batch(config, setup, 3)
+    tok = setup.tokenizer
+    examples = setup.task.source.train_examples(3, config.sft.batch_size)
+    lengths = np.asarray(attention).sum(1)
+    assert tokens.shape[1] == -(-lengths.max() // single_turn.SFT_LENGTH_BUCKET) * single_turn.SFT_LENGTH_BUCKET
+    assert loss_mask.shape == (len(examples), tokens.shape[1] - 1)
+    for row, example in enumerate(examples):
+        real = np.asarray(tokens[row])[np.asarray(attention[row]) > 0].tolist()
+        solution = tok.encode(example.solution) + [tok.eos_id]
+        assert real == tok.encode_prompt(example.prompt) + solution  # the row is exactly prompt + solution
+        assert np.asarray(tokens[row, 1:])[np.asarray(loss_mask[row]) > 0].tolist() == solution
+
+    prompt_tokens, prompt_mask = batches.encode_prompts(tok, [e.prompt for e in examples], 8)
+    completion_tokens, completion_mask = batches.encode_completions(
+        tok, [e.solution for e in examples], config.sampling.max_new_tokens)
+    bucketed = (*batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask),
+                jnp.asarray(completion_mask))
+    assert bucketed[0].shape[1] > tokens.shape[1]
+    params = models.init_params(setup.model_cfg, jax.random.key(0))
+    loss = functools.partial(sft.sft_loss, setup.model_cfg, 128, params)
+    np.testing.assert_allclose(loss(tokens, attention, loss_mask), loss(*bucketed), rtol=1e-5)

@@ -38,6 +38,7 @@ from rl4llm.envs import base as env_base
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rl import registry
 from rl4llm.sampling import multi_turn
+from rl4llm.train import batches
 from rl4llm.train import episodes
 from rl4llm.train import inputs as inputs_lib
 from rl4llm.train import setup as setup_lib
@@ -142,13 +143,7 @@ def sft_batch(config, setup: AgentSetup, step: int):
         turns, trained = expert_episode(setup, task, config.agent.expert_noise, rng)
         rows.append(encode_episode(setup.tokenizer, task, turns, trained, setup.mt_cfg.max_obs_tokens,
                                    config.agent.sft_observation_weight))
-    width = sampling.bucket_length(max(len(ids) for ids, _ in rows), setup.mt_cfg.record_bucket)
-    tokens = np.full((len(rows), width), setup.tokenizer.pad_id, np.int32)
-    attention = np.zeros((len(rows), width), np.int32)
-    loss = np.zeros((len(rows), width), np.float32)
-    for i, (ids, mask) in enumerate(rows):
-        tokens[i, :len(ids)], attention[i, :len(ids)], loss[i, :len(ids)] = ids, 1, mask
-    return jnp.asarray(tokens), jnp.asarray(attention), jnp.asarray(loss[:, 1:])
+    return batches.pad_training_sequences(rows, setup.tokenizer.pad_id, setup.mt_cfg.record_bucket)
 
 
 def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=None,

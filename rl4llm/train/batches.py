@@ -47,6 +47,20 @@ def decode_completions(tokenizer, tokens: np.ndarray, mask: np.ndarray) -> list[
     return [tokenizer.decode(row[m > 0].tolist()) for row, m in zip(tokens, mask)]
 
 
+def pad_training_sequences(rows: Sequence[tuple[Sequence[int], Sequence[float]]], pad_id: int, bucket: int):
+    """Whole sequences for a teacher-forced loss (SFT): `rows` of (token ids, per-token loss weight), right-padded
+    to L = the longest rounded up to a multiple of `bucket`. Returns tokens [N, L] int32, attention mask [N, L]
+    int32 and the loss weights of the tokens after the first [N, L-1] float32: the positions that
+    `logprobs.completion_logprobs(..., completion_len=L - 1)` scores."""
+    width = sampling.bucket_length(max(len(ids) for ids, _ in rows), bucket)
+    tokens = np.full((len(rows), width), pad_id, np.int32)
+    attention = np.zeros((len(rows), width), np.int32)
+    loss = np.zeros((len(rows), width), np.float32)
+    for i, (ids, weights) in enumerate(rows):
+        tokens[i, :len(ids)], attention[i, :len(ids)], loss[i, :len(ids)] = ids, 1, weights
+    return jnp.asarray(tokens), jnp.asarray(attention), jnp.asarray(loss[:, 1:])
+
+
 def join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask):
     """[prompt | completion] tokens [N, P+T] int32 and attention mask [N, P+T] int32."""
     tokens = jnp.concatenate([prompt_tokens, completion_tokens], axis=1).astype(jnp.int32)

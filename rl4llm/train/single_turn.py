@@ -35,17 +35,24 @@ from rl4llm.train.programs import several_updates_per_step
 from rl4llm.train.setup import Setup
 from rl4llm.train.step import RolloutBatch
 
+# SFT sequences are padded to a multiple of this many tokens (a handful of compiled shapes).
+SFT_LENGTH_BUCKET = 8
+
+
 def sft_batch(config, setup: Setup, step: int):
-    """Tokens [N, P+T], attention mask [N, P+T] and completion mask [N, T] of SFT step `step`."""
+    """Tokens [N, L], attention mask [N, L] and loss mask [N, L-1] of SFT step `step`: each example's prompt and
+    solution (+ eos, at most `sampling.max_new_tokens` tokens) as one unpadded sequence, right-padded to a multiple
+    of `SFT_LENGTH_BUCKET` (`batches.pad_training_sequences`); the loss is on the solution's tokens."""
     examples = setup.task.source.train_examples(step, config.sft.batch_size)
-    prompt_tokens, prompt_mask = batches.encode_prompts(
-        setup.tokenizer, [e.prompt for e in examples], config.sampling.prompt_bucket
-    )
-    completion_tokens, completion_mask = batches.encode_completions(
+    prompts = [setup.tokenizer.encode_prompt(e.prompt) for e in examples]
+    solutions, solution_mask = batches.encode_completions(
         setup.tokenizer, [e.solution for e in examples], config.sampling.max_new_tokens
     )
-    tokens, attention_mask = batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask)
-    return tokens, attention_mask, jnp.asarray(completion_mask)
+    rows = []
+    for prompt, solution, mask in zip(prompts, solutions, solution_mask):
+        solution = solution[mask > 0].tolist()
+        rows.append((prompt + solution, [0.0] * len(prompt) + [1.0] * len(solution)))
+    return batches.pad_training_sequences(rows, setup.tokenizer.pad_id, SFT_LENGTH_BUCKET)
 
 
 def evaluate(config, setup: Setup, params, key) -> dict:
