@@ -69,6 +69,7 @@ RECIPES = (
     "tp_grpo",
     "prm_clip",
     "cooper",
+    "exit",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -107,6 +108,7 @@ MECHANISMS = {
     "spo": ("useful_frac", "clip_frac"),
     # groups were dropped, and the kept ones had reward spread (the parity reward's odd-answer groups)
     "starpo_s": ("selection/dropped_groups", "selection/chosen_in_group_std"),
+    "exit": ("selection/exit_new_instances", "selection/exit_resumed_groups"),
     # the parity reward is ~75 % right, so d rises from 0 by 2 x (0.75 - 0.5) per step
     "scaler": ("selection/difficulty_level", "selection/difficulty_step"),
     # the greedy probe solved some prompts (the parity reward's even answers) and kept some

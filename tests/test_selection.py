@@ -287,7 +287,8 @@ def test_ghpo_hints_replace_only_all_fail_groups_at_the_first_level_that_solves(
     c.rl.num_prompts, c.rl.num_generations = 3, 2
     c.selection.hints = True
     config = config_lib.parse(c)
-    selector = prompt_selection.Selector(config, None, data_offset=0, pad_id=0, encode=None, tokenize=None)
+    selector = prompt_selection.Selector(config, None, data_offset=0, pad_id=0, encode=None, tokenize=None,
+                                         decode=None)
     examples = [arithmetic.render_problem([37, 48, 19], ["+", "-"]),  # solved unhinted: never touched
                 arithmetic.render_problem([12, 30, 7], ["-", "+"]),  # solved once half of the solution is given
                 arithmetic.render_problem([5, 6, 2], ["+", "+"])]  # never solved
@@ -358,7 +359,8 @@ def test_seele_rounds_hint_each_problem_at_its_fitted_rate_and_group_every_round
     c.rl.num_prompts, c.rl.num_generations = 2, 4
     c.selection.update(hints=True, hint_schedule="irt", hint_rounds=2, irt_discrimination=10.0, irt_guess=0.0)
     config = config_lib.parse(c)
-    selector = prompt_selection.Selector(config, None, data_offset=0, pad_id=0, encode=None, tokenize=None)
+    selector = prompt_selection.Selector(config, None, data_offset=0, pad_id=0, encode=None, tokenize=None,
+                                         decode=None)
     examples = [arithmetic.render_problem([37, 48, 19], ["+", "-"]),  # solved 1 of 2 times unhinted
                 arithmetic.render_problem([5, 6, 2], ["+", "+"])]  # never unhinted
     calls = []
@@ -438,7 +440,7 @@ def test_ghpo_hinted_groups_replace_their_group_unhinted_under_guide():
     c.selection.update(hints=True, hint_fractions=(0.5,), hint_placement="completion")
     config = config_lib.parse(c)
     selector = prompt_selection.Selector(config, None, data_offset=0, pad_id=0, encode=_char_encode,
-                                         tokenize=lambda text: [ord(ch) for ch in text])
+                                         tokenize=lambda text: [ord(ch) for ch in text], decode=None)
     examples = [arithmetic.render_problem([12, 30, 7], ["-", "+"]), arithmetic.render_problem([5, 6, 2], ["+", "+"])]
 
     def generate(prompts, answers, counts, key, prefixes, traces=None, solutions=None):

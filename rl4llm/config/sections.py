@@ -417,7 +417,7 @@ class Selection:
 
     method: str = param("uniform", "uniform | dynamic_sampling (DAPO) | accuracy_band (PRIME) | dots | bots | insight "
                         "| knapsack | adaptive_difficulty (RLVE) | scaler (SCALER) | std_filter (StarPO-S) "
-                        "| low_likelihood (SELF) | prof (PROF)", OneOf(selection_lib.METHODS))
+                        "| low_likelihood (SELF) | prof (PROF) | exit (ExIt)", OneOf(selection_lib.METHODS))
     max_gen_rounds: int = param(3, "dynamic_sampling / accuracy_band / low_likelihood: generation (low_likelihood: "
                                 "greedy probe) rounds per step", AtLeast(1))
     acc_low: float = param(0.2, "accuracy_band: keep groups with acc_low <= mean correctness", Between(0.0, 1.0))
@@ -477,6 +477,12 @@ class Selection:
                                Between(0.0, 1e3, low_open=True))
     scaler_step_cap: float = param(1.0, "scaler: the largest change of d per step (SCALER: 1)",
                                    Between(0.0, 1e3, low_open=True))
+    exit_resume_fraction: float = param(0.5, "exit: fraction of the step's groups resumed from the buffer of "
+                                        "partial histories (fewer while it holds fewer)", Between(0.0, 1.0))
+    exit_capacity: int = param(256, "exit: partial histories kept (the lowest-priority one is replaced)", AtLeast(1))
+    exit_max_chars: int = param(128, "exit: the longest partial history kept, in characters", AtLeast(1))
+    exit_separator: str = param(";", "exit: the text that ends a solution step (histories are cut after one)",
+                                Satisfies(lambda v: isinstance(v, str) and bool(v), "must be a non-empty string"))
 
 
 @_section

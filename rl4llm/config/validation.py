@@ -412,6 +412,11 @@ def _selection_errors(config) -> list[str]:
         errors += _std_filter_errors(sel.std_filter_ratio, rl.num_prompts, rl.num_generations)
     if method == "prof":
         errors += _prof_errors(config)
+    if method == "exit":
+        errors += [f"config.{field}={value!r}: ExIt resumes its own partial histories in plain groups; not with "
+                   "method 'exit'" for field, value in (("selection.hints", sel.hints),
+                                                        ("rl.off_policy_traces", rl.off_policy_traces),
+                                                        ("tree.enabled", config.tree.enabled)) if value]
     return errors
 
 

@@ -51,7 +51,7 @@ import numpy as np
 from scipy import special
 
 METHODS = ("uniform", "dynamic_sampling", "accuracy_band", "dots", "bots", "insight", "knapsack",
-           "adaptive_difficulty", "std_filter", "scaler", "low_likelihood", "prof")
+           "adaptive_difficulty", "std_filter", "scaler", "low_likelihood", "prof", "exit")
 # Methods that refill the batch over several generation rounds, and those that select from the prompt pool.
 REFILL_METHODS = ("dynamic_sampling", "accuracy_band")
 POOL_METHODS = ("dots", "bots", "insight", "knapsack")

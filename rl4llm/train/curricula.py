@@ -10,6 +10,8 @@ of `rl4llm.data.difficulty` and `rl4llm.data.selection`).
 * `low_likelihood` (SELF): one greedy completion per prompt, and the prompts it gets wrong rolled out.
 * `prof` (PROF): n' = `prof_rollouts` rollouts per prompt, num_generations kept by the process judge's consistency
   filter (`rewards.process.prof_kept`).
+* `exit` (ExIt): a fraction of the groups resume partial histories of the policy's own solutions from a buffer
+  prioritised by their groups' return variance (`rl4llm.data.partial_histories`).
 
 A collector is `collect(selector, state, step, key, generate) -> (Collected, new state)`; it draws its choices from
 `selection.rng(seed, step, ·)` and the step key, so a resumed run collects what the uninterrupted run would have.
@@ -21,12 +23,14 @@ import jax
 import numpy as np
 
 from rl4llm.data import difficulty
+from rl4llm.data import partial_histories
 from rl4llm.data import selection as selection_lib
 from rl4llm.rewards import process
 from rl4llm.train.rows import take
 
 LEVELS = 3  # the sub-stream of selection_lib.rng(seed, step, ·) that draws difficulty levels
 _PROBE_STREAM = 4000  # fold_in(step key, ·) of SELF's greedy probe rounds
+EXIT_DRAW, EXIT_GROW = 4, 5  # sub-streams of selection_lib.rng(seed, step, ·): ExIt's replayed and new instances
 
 
 def _rollout_levels(selector, levels: np.ndarray, step: int, key, generate):
@@ -155,5 +159,48 @@ def collect_prof(selector, state, step: int, key, generate):
     return selector.finish(take(rows, kept), metrics, generated=rows), state
 
 
+def collect_exit(selector, buf: partial_histories.HistoryBuffer, step: int, key, generate):
+    """ExIt: round(`exit_resume_fraction` · B) groups resume instances drawn from the buffer (∝ priority; fewer
+    while it holds fewer of positive priority), the rest are the step's first stream prompts. A resumed instance's
+    prompt is its problem followed by its partial history, which is also scored before the completion (the reward
+    reads the whole solution) and stays in the trained prompt, so the update is on-policy for the longer prompt.
+    Then each replayed instance takes its group's return variance as priority (0: it leaves), and every group of
+    varying returns gives a new instance (`partial_histories.cut` of one of its rollouts, at most `exit_max_chars`
+    characters). Logs `selection/exit_resumed_groups`, `exit_new_instances`, `exit_buffer_size`,
+    `exit_buffer_priority` (mean over the buffer), and over the resumed groups, when there are some,
+    `exit_resumed_reward` and `exit_history_chars`."""
+    sel, b, g = selector.sel, selector.num_prompts, selector.num_generations
+    slots = partial_histories.draw(buf, int(round(sel.exit_resume_fraction * b)),
+                                   selection_lib.rng(selector.seed, step, EXIT_DRAW))
+    fresh = b - slots.size
+    addresses = [(step, i) for i in range(fresh)] + [(int(buf.stream_step[s]), int(buf.example_index[s]))
+                                                     for s in slots]
+    examples = selector.stream_examples(step, fresh) + [selector.stream_example(*a) for a in addresses[fresh:]]
+    histories = [""] * fresh + [partial_histories.history_text(buf, s) for s in slots]
+    rows, metrics = generate([e.prompt + h for e, h in zip(examples, histories)], [e.answer for e in examples],
+                             np.full(b, g), key, histories, solutions=[e.solution for e in examples])
+    variance = partial_histories.group_variance(rows.scores.reshape(b, g))
+    buf = partial_histories.rescore(buf, slots, variance[fresh:])
+    rng = selection_lib.rng(selector.seed, step, EXIT_GROW)
+    texts = selector.decode(rows.completion_tokens, rows.completion_mask)
+    new = []  # (stream step, example index, history, priority) of the new instances
+    for i in np.flatnonzero(variance > 0):
+        history = partial_histories.cut(histories[i], texts[i * g + rng.integers(g)], sel.exit_separator, rng)
+        if history is not None and len(history) <= sel.exit_max_chars:
+            new.append((*addresses[i], history, float(variance[i])))
+    buf = partial_histories.insert(buf, new)
+    live = buf.stream_step != partial_histories.EMPTY
+    metrics.update({
+        "selection/exit_resumed_groups": float(slots.size),
+        "selection/exit_new_instances": float(len(new)),
+        "selection/exit_buffer_size": float(live.sum()),
+        "selection/exit_buffer_priority": float(buf.priority[live].mean()) if live.any() else 0.0,
+    })
+    if slots.size:
+        metrics["selection/exit_resumed_reward"] = float(rows.scores[fresh * g :].mean())
+        metrics["selection/exit_history_chars"] = float(np.mean([len(h) for h in histories[fresh:]]))
+    return selector.finish(rows, metrics), buf
+
+
 COLLECTORS = {"adaptive_difficulty": collect_adaptive, "scaler": collect_scaler, "std_filter": collect_std_filter,
-              "low_likelihood": collect_low_likelihood, "prof": collect_prof}
+              "low_likelihood": collect_low_likelihood, "prof": collect_prof, "exit": collect_exit}

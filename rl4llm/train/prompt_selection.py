@@ -28,6 +28,7 @@ from rl4llm.data import allocation
 from rl4llm.data import arithmetic
 from rl4llm.data import curriculum
 from rl4llm.data import difficulty
+from rl4llm.data import partial_histories
 from rl4llm.data import replay as replay_lib
 from rl4llm.data import selection as selection_lib
 from rl4llm.train import curricula
@@ -48,6 +49,8 @@ _CHOICE, _REPLAY, _THOMPSON = 0, 1, 2
 GenerateFn = Callable[[list, list, np.ndarray, jax.Array, list], tuple[Rows, dict]]
 # encode(prompts [b]) -> left-padded prompt tokens [b, P] int32 and mask [b, P] bool (the trainer's encoding)
 EncodeFn = Callable[[list], tuple[np.ndarray, np.ndarray]]
+# decode(completion tokens [b, T], mask [b, T]) -> the completions' texts [b]
+DecodeFn = Callable[[np.ndarray, np.ndarray], list]
 
 
 @dataclasses.dataclass
@@ -63,7 +66,7 @@ class Selector:
     """The run's prompt selection (built once per run from the config and the task)."""
 
     def __init__(self, config, task, *, data_offset: int, pad_id: int, encode: EncodeFn,
-                 tokenize: Callable[[str], list]):
+                 tokenize: Callable[[str], list], decode: DecodeFn):
         self.sel = config.selection
         self.seed = config.seed
         self.num_prompts = config.rl.num_prompts
@@ -74,6 +77,7 @@ class Selector:
         self.data_offset = data_offset
         self.pad_id = pad_id
         self.encode = encode
+        self.decode = decode
         self.place_hints = hints.placement(self.sel, encode, tokenize, pad_id)
         self.method = self.sel.method
         # The pool is drawn from the training stream's step data_offset - 1 (no SFT or RL step reads it).
@@ -85,13 +89,16 @@ class Selector:
 
     # ------------------------------------------------------------------------------------------ state
 
-    def init_state(self) -> selection_lib.SelectionState | difficulty.DifficultyState | difficulty.ScalerState | None:
+    def init_state(self) -> (selection_lib.SelectionState | difficulty.DifficultyState | difficulty.ScalerState
+                             | partial_histories.HistoryBuffer | None):
         """The fresh selection state: per-prompt statistics (pool methods), the difficulty controller's
-        (`adaptive_difficulty`, `scaler`), or None."""
+        (`adaptive_difficulty`, `scaler`), ExIt's buffer of partial histories (`exit`), or None."""
         if self.method == "adaptive_difficulty":
             return difficulty.init_state(self.sel.difficulty_initial)
         if self.method == "scaler":
             return difficulty.init_scaler_state(self.sel.difficulty_initial)
+        if self.method == "exit":
+            return partial_histories.init_buffer(self.sel.exit_capacity, self.sel.exit_max_chars)
         if self.pool is None:
             return None
         buf = None
@@ -113,6 +120,10 @@ class Selector:
             )
             return arithmetic.source(stage).train_examples(self.data_offset + step, n)
         return self.task.source.train_examples(self.data_offset + step, n)
+
+    def stream_example(self, step: int, index: int):
+        """Example `index` of RL step `step`'s stream (a shorter request of the stream is a prefix of a longer one)."""
+        return self.stream_examples(step, index + 1)[index]
 
     # ---------------------------------------------------------------------------------------- collect
 

@@ -82,6 +82,7 @@ def build_setup(config, workdir: str) -> Setup:
         config, task, data_offset=RL_DATA_OFFSET, pad_id=tokenizer.pad_id,
         encode=lambda prompts: batches.encode_prompts(tokenizer, prompts, config.sampling.prompt_bucket),
         tokenize=tokenizer.encode,
+        decode=lambda tokens, mask: batches.decode_completions(tokenizer, tokens, mask),
     )
     scorer = (reward_model_lib.Scorer.from_checkpoint(config.reward_model.checkpoint, tokenizer,
                                                       task.source.corpus(0)[0])
