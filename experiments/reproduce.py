@@ -213,6 +213,19 @@ STUDIES = {
                              "dpo/logps/chosen", "dpo/logps/rejected"),
         description="Online DPO (Guo et al. 2024) vs GRPO on the main job's task, warm start and rollout budget",
     ),
+    # Issue 23's ExIt (configs/exit.py): half of each step's groups resume partial histories of the policy's own
+    # solutions, prioritised by their groups' return variance, vs the main job's GRPO (the online_dpo study's arm: the
+    # same config and seeds), from the main job's warm start, at the same rollouts per step.
+    "exit": Study(
+        arms={"grpo": _recipe("default"), "exit": _recipe("exit")},
+        seeds=(0, 1, 2),
+        rl_steps=100,
+        eval_every=25,
+        keys=_COMMON_KEYS + ("selection/exit_resumed_groups", "selection/exit_new_instances",
+                             "selection/exit_buffer_size", "selection/exit_buffer_priority",
+                             "selection/exit_resumed_reward", "selection/exit_history_chars"),
+        description="ExIt (partial histories replayed by learnability) vs GRPO on the main job's task and warm start",
+    ),
     # Issue 22's "FAPO's flawed-positive rate before/after": the main job's RL stage with the exact step judge watching
     # (penalty 0) vs FAPO's penalty on flawed positives (configs/fapo.py) and PROF's filter of 16 from 32 rollouts
     # (configs/prof.py), and PROF's balancing alone (the same counts kept in sampled order: its process score's share),

@@ -149,7 +149,7 @@ def test_collect_exit_resumes_exactly_its_instances_and_grows_from_varying_group
     assert all(h.startswith(stored[resumed_indices[0]]) for h in continued)
 
 
-def test_exit_refuses_what_it_would_ignore():
+def test_exit_refuses_what_it_would_ignore_and_tasks_without_steps():
     for field, value in (("selection.hints", True), ("rl.off_policy_traces", 2)):
         c = tiny_config()
         c.selection.method = "exit"
@@ -157,6 +157,10 @@ def test_exit_refuses_what_it_would_ignore():
         setattr(getattr(c, section), name, value)
         with pytest.raises(ValueError, match=f"config.{field}={value!r}: ExIt"):
             config_lib.parse(c)
+    c = tiny_config()
+    c.selection.method, c.task.name = "exit", "countdown"  # its solutions are one expression: no step to cut after
+    with pytest.raises(ValueError, match="config.selection.exit_separator=';': task 'countdown'"):
+        config_lib.parse(c)
 
 
 def test_the_buffer_round_trips_through_a_checkpoint(tmp_path):

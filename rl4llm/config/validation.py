@@ -417,7 +417,22 @@ def _selection_errors(config) -> list[str]:
                    "method 'exit'" for field, value in (("selection.hints", sel.hints),
                                                         ("rl.off_policy_traces", rl.off_policy_traces),
                                                         ("tree.enabled", config.tree.enabled)) if value]
+        errors += _exit_separator_errors(config)
     return errors
+
+
+def _exit_separator_errors(config) -> list[str]:
+    """ExIt cuts partial histories after a step's separator: with a task whose solutions never hold it, no instance
+    would ever be made and the method would silently be GRPO. Checked on the task's first reference solutions."""
+    sep, name = config.selection.exit_separator, config.task.name
+    try:
+        examples = tasks.build(config.task, config.seed).source.train_examples(0, 8)
+    except (OSError, TypeError, ValueError):
+        return []  # the task's own errors are reported with its section
+    if any(sep in e.solution for e in examples):
+        return []
+    return [f"config.selection.exit_separator={sep!r}: task {name!r}'s solutions have no such step separator (e.g. "
+            f"{examples[0].solution!r}), so ExIt could never cut a partial history; set the text that ends a step"]
 
 
 def _prof_errors(config) -> list[str]:
