@@ -70,6 +70,7 @@ RECIPES = (
     "prm_clip",
     "cooper",
     "exit",
+    "arrol",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -109,6 +110,7 @@ MECHANISMS = {
     # groups were dropped, and the kept ones had reward spread (the parity reward's odd-answer groups)
     "starpo_s": ("selection/dropped_groups", "selection/chosen_in_group_std"),
     "exit": ("selection/exit_new_instances", "selection/exit_resumed_groups"),
+    "arrol": ("pruning/head_grad_norm", "pruning/dropped_quality"),
     # the parity reward is ~75 % right, so d rises from 0 by 2 x (0.75 - 0.5) per step
     "scaler": ("selection/difficulty_level", "selection/difficulty_step"),
     # the greedy probe solved some prompts (the parity reward's even answers) and kept some

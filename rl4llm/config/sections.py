@@ -504,6 +504,21 @@ class Tree:
 
 
 @_section
+class Pruning:
+    """ARRoL online rollout pruning (Hsu et al. 2025, "Prune as You Generate"; rl4llm.rl.pruning): each prompt's
+    oversample x G rollouts are decoded to checkpoint_tokens, a quality head on the policy's hidden state predicts
+    each one's success, and the G kept are the ceil(target G) of highest and the rest of lowest prediction; only
+    those are decoded to the end. The head is trained online on the kept rollouts' verifier outcomes."""
+
+    enabled: bool = param(False, "prune each group's oversampled rollouts at the checkpoint", Boolean())
+    oversample: int = param(2, "rollouts sampled per kept rollout (N / M)", AtLeast(2))
+    checkpoint_tokens: int = param(8, "tokens decoded before pruning (< sampling.max_new_tokens)", AtLeast(1))
+    target: float = param(0.5, "rho: the share of each group's kept rollouts picked as the likeliest to succeed",
+                          Between(0.0, 1.0))
+    learning_rate: float = param(1e-3, "the quality head's Adam learning rate", Between(0.0, 1.0, low_open=True))
+
+
+@_section
 class Arpo:
     """ARPO entropy-based adaptive rollout (Dong et al. 2025; sampling.multi_turn.BranchingConfig): M of the
     num_generations rollouts of a task start at the prompt, the rest branch after tool calls or start fresh."""
@@ -635,6 +650,7 @@ class RunConfig:
                                               "(dynamic weighting, constrained RLHF)")
     selection: Selection = param(Selection, "prompt selection")
     tree: Tree = param(Tree, "tree rollouts (TreeRL's EPTree)")
+    pruning: Pruning = param(Pruning, "ARRoL's online rollout pruning with a learned quality head")
     agent: Agent = param(Agent, "multi-turn agents")
     eval: Eval = param(Eval, "held-out evaluation")
     log_every: int = param(5, "RL steps between console / metrics lines", AtLeast(1))

@@ -838,6 +838,33 @@ def _flaw_judge_errors(config) -> list[str]:
     return errors
 
 
+def _pruning_errors(config) -> list[str]:
+    """ARRoL prunes the sampled rollouts of synchronous single-turn steps, one plain group per prompt, at a checkpoint
+    inside the completion budget; every trained row must be a kept rollout (its quality head learns from all)."""
+    pr = config.pruning
+    if not pr.enabled:
+        return []
+    errors = []
+    if pr.checkpoint_tokens >= config.sampling.max_new_tokens:
+        errors.append(f"config.pruning.checkpoint_tokens={pr.checkpoint_tokens}: must be < config.sampling."
+                      f"max_new_tokens={config.sampling.max_new_tokens} (the kept rollouts are decoded on from it)")
+    conflicts = (  # (field, value, whether it conflicts, why)
+        ("agent.env", config.agent.env, agent_config.is_agent_config(config), "prunes single-turn rollouts"),
+        ("tree.enabled", config.tree.enabled, config.tree.enabled, "a tree's paths are not pruned"),
+        ("rl.off_policy_traces", config.rl.off_policy_traces, config.rl.off_policy_traces > 0,
+         "its head learns from sampled rollouts only"),
+        ("selection.replay_capacity", config.selection.replay_capacity, config.selection.replay_capacity > 0,
+         "replayed groups were not pruned by this step's head"),
+        ("rl.async_rollouts", config.rl.async_rollouts, config.rl.async_rollouts,
+         "the head that prunes a step is the one the step before trained"),
+        ("sampling.temperature_tau", config.sampling.temperature_tau, config.sampling.temperature_tau > 0,
+         "HAPO's adaptive temperature is not applied to the pruned decode"),
+    )
+    errors += [f"config.{path}={value!r}: ARRoL (config.pruning.enabled) {why}; not with pruning"
+               for path, value, bad, why in conflicts if bad]
+    return errors
+
+
 def _co_train_errors(config) -> list[str]:
     """The co-trained RM learns from the rule verifier's labels of the step's own rollouts, synchronously."""
     r, errors = config.reward_model, []
@@ -980,6 +1007,7 @@ CHECKS = (
     (_relift_errors, ("relift", "selection")),
     (_teacher_errors, ()),
     (_reward_model_errors, ()),
+    (_pruning_errors, ("sampling", "pruning")),
     (_flaw_judge_errors, ()),
     (_generative_verifier_errors, ()),
     (_selection_errors, ("rl", "selection")),

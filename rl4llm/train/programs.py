@@ -19,6 +19,7 @@ from rl4llm.train import preference_step
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import epo as epo_lib
 from rl4llm.train.companions import prime as prime_lib
+from rl4llm.train.companions import quality_head
 from rl4llm.train.companions import relift as relift_lib
 from rl4llm.train.companions import reward_weighting
 from rl4llm.train.companions import rm_cotraining
@@ -79,6 +80,8 @@ class RLPrograms:
     # The outcome RM co-trained with the policy (reward_model.co_train), else None: (RMState, CoTrainBatch) -> (RMState,
     # metrics), one Bradley-Terry update on the step's verified pairs (`companions.rm_cotraining`).
     reward_model_step: Callable | None = None
+    # ARRoL's quality head (config.pruning), else None: (RMState, QualityBatch) -> (RMState, metrics)
+    quality_head_step: Callable | None = None
 
 
 def _micro_batched(fn: Callable, micro_batch_size: int, mesh, params, tokens, attention_mask):
@@ -154,6 +157,8 @@ def build_rl_programs(config, setup, optimizer, *, state=None) -> RLPrograms:
         extra_programs["relift_step"] = relift_lib.make_step(config, setup)
     if rm_cotraining.enabled(config):
         extra_programs["reward_model_step"] = rm_cotraining.make_step(config, setup)
+    if quality_head.enabled(config):
+        extra_programs["quality_head_step"] = quality_head.make_step(config)
     return RLPrograms(
         optimizer=optimizer,
         learner_step=learner_lib.make_learner_step(setup.model_cfg, lcfg, optimizer, setup.layout, state),

@@ -5,17 +5,20 @@ call on the device, or with `config.generative_verifier`, by the verifier's P(Ye
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rl4llm import models
 from rl4llm import sampling
 from rl4llm.config import validation as config_lib
 from rl4llm.sampling import tree as sampling_tree
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import process as process_lib
+from rl4llm.rl import pruning as pruning_lib
 from rl4llm.train import batches
 from rl4llm.train import prompt_selection
 from rl4llm.train import rows as rows_lib
@@ -26,6 +29,8 @@ from rl4llm.verifiers import generative as generative_lib
 
 # The teacher's stream of the generation key (config.teacher): its traces are drawn independently of the rollouts.
 _TEACHER_STREAM = 4000
+# The stream of the generation key that decodes ARRoL's kept rollouts after the checkpoint (config.pruning).
+_PRUNED_CONTINUATION_STREAM = 5000
 
 
 def generate(setup: Setup, params, prompt_tokens, prompt_mask, key, sampling_cfg, prompt_index=None, row_offset=0,
@@ -203,13 +208,14 @@ def with_traces(config, setup: Setup, completions: dict, counts: np.ndarray, tra
 
 
 def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes, traces=None, greedy=False,
-                  *, entropy_stats=None, solutions=None, reward_model_params=None):
+                  *, entropy_stats=None, solutions=None, reward_model_params=None, quality_head=None):
     """`counts[i]` completions of each prompt `prompts[i]` (in order), then its off-policy `traces[i]` (texts; None:
     none, `with_traces`), all scored against `answers[i]` in one call with `prefixes[i]` scored before each
     completion; `greedy`: decoded greedily (the evaluation's sampling config) instead of at the rollout's, which
     reads HAPO's `entropy_stats` with an adaptive temperature (`temperature_metrics`); `solutions[i]`: the
     example's reference solution, carried by its rows (`Rows.solutions`, ReLIFT), or None; `reward_model_params`:
-    the co-trained RM's (`score`).
+    the co-trained RM's (`score`); `quality_head`: ARRoL's, which prunes the sampled rows (`pruned_completions`,
+    config.pruning; greedy rows are never pruned).
     -> (`prompt_selection.Rows` [sum(counts) + traces], reward metrics)."""
     counts = np.asarray(counts)
     prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
@@ -217,6 +223,9 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     sampling_cfg = setup.eval_spec.greedy if greedy else setup.rollout_cfg
     if config.tree.enabled:  # each group is one tree of counts[i] = M(1 + LNT) paths (validation)
         completions, sampler_metrics = tree_completions(config, setup, params, prompt_tokens, prompt_mask, key)
+    elif config.pruning.enabled and not greedy:
+        completions, sampler_metrics = pruned_completions(config, setup, params, prompt_tokens, prompt_mask, counts,
+                                                          key, quality_head)
     else:
         completions = sample_completions(config, setup, params, prompt_tokens, prompt_mask, counts, key,
                                          sampling_cfg, None if greedy else entropy_stats)
@@ -245,6 +254,59 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
         **process,
     )
     return rows, {**reward_metrics, **sampler_metrics}
+
+
+@functools.partial(jax.jit, static_argnames="model_cfg")
+def checkpoint_features(model_cfg, params, tokens, attention_mask):
+    """The policy's final-norm hidden state at each row's last real token of `tokens` [N, L] (left-padded prompt,
+    then the completion so far, right-padded) -> [N, E] float32: ARRoL's quality head reads it."""
+    hidden, _ = models.forward(model_cfg, params, tokens, models.positions_from_mask(attention_mask), attention_mask)
+    last = tokens.shape[1] - 1 - jnp.argmax(attention_mask[:, ::-1], axis=-1)
+    return jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0].astype(jnp.float32)
+
+
+def pruned_completions(config, setup: Setup, params, prompt_tokens, prompt_mask, counts: np.ndarray, key,
+                       quality_head) -> tuple[dict, dict]:
+    """ARRoL's online rollout pruning (config.pruning; `rl.pruning`): `oversample` x counts[i] rollouts of each prompt
+    decoded to `checkpoint_tokens` (`sample_completions` at that budget), their quality q = σ(head(h)) from the
+    policy's hidden state there (`checkpoint_features`), each group's counts[i] kept by `pruning.balanced_keep`, and
+    only the kept ones decoded on to `sampling.max_new_tokens`: after [prompt | their first tokens] (a prefill of
+    that prefix, then the same sampler, drawing from the key stream fold_in(key, `_PRUNED_CONTINUATION_STREAM`)), so
+    a kept rollout is a sample of the whole completion from the policy. Rows that stopped before the checkpoint are
+    kept as they are. Departure: ARRoL reads the hidden states its sampler already holds; here they are recomputed
+    by one forward of the oversampled rows' [prompt | first tokens]. -> (host arrays by Rows field, with
+    `quality_features` [sum(counts), E]; metrics `pruning/*`)."""
+    pr, budget = config.pruning, config.sampling.max_new_tokens
+    sampled_counts = counts * pr.oversample
+    first = sample_completions(config, setup, params, prompt_tokens, prompt_mask, sampled_counts, key,
+                               dataclasses.replace(setup.rollout_cfg, max_new_tokens=pr.checkpoint_tokens))
+    prompt_of = np.repeat(np.arange(len(counts)), sampled_counts)
+    tokens, mask = batches.join_sequences(prompt_tokens[prompt_of], prompt_mask[prompt_of],
+                                          first["completion_tokens"], first["completion_mask"])
+    features = np.asarray(jax.device_get(checkpoint_features(setup.model_cfg, params, tokens, mask)))
+    quality = np.asarray(jax.nn.sigmoid(pruning_lib.quality_logits(quality_head, jnp.asarray(features))))
+    starts = np.concatenate([[0], np.cumsum(sampled_counts)[:-1]])
+    kept = np.concatenate([start + pruning_lib.balanced_keep(quality[start:start + n][None], int(c), pr.target)[0]
+                           for start, n, c in zip(starts, sampled_counts, counts)])
+    rest = sample_completions(config, setup, params, np.asarray(tokens)[kept], np.asarray(mask)[kept].astype(bool),
+                              np.ones(kept.size, int), jax.random.fold_in(key, _PRUNED_CONTINUATION_STREAM),
+                              dataclasses.replace(setup.rollout_cfg, max_new_tokens=budget - pr.checkpoint_tokens))
+    stopped = first["finished"][kept]  # decoded to their stop token already: the continuation is not theirs
+    completions = {f: np.concatenate([first[f][kept], np.where(stopped[:, None], fill, rest[f])], axis=1)
+                   for f, fill in (("completion_tokens", setup.rollout_cfg.pad_id), ("completion_mask", False),
+                                   ("logprobs", 0.0))}
+    completions["finished"] = stopped | rest["finished"]
+    completions["quality_features"] = features[kept]
+    dropped = np.setdiff1d(np.arange(quality.size), kept)
+    metrics = {
+        "pruning/sampled_rows": float(quality.size),
+        "pruning/kept_rows": float(kept.size),
+        "pruning/stopped_at_checkpoint": float(first["finished"].mean()),
+        "pruning/kept_quality": float(quality[kept].mean()),
+        "pruning/dropped_quality": float(quality[dropped].mean()) if dropped.size else 0.0,
+        "pruning/decoded_tokens": float(first["completion_mask"].sum() + rest["completion_mask"][~stopped].sum()),
+    }
+    return completions, metrics
 
 
 def _completions(rollout: sampling.Rollout) -> dict:
@@ -315,18 +377,19 @@ def check_prompt_groups(rows: prompt_selection.Rows, group_ids: np.ndarray, prom
 
 
 def rollout_and_score(config, setup: Setup, params, step: int, key, selection_state=None, entropy_stats=None,
-                      reward_model_params=None):
+                      reward_model_params=None, quality_head=None):
     """The step's rollouts under `config.selection` (`prompt_selection.Selector.collect`: uniform prompts with G
     completions each by default), scored on the host; `entropy_stats`: HAPO's adaptive temperature's, else None;
-    `reward_model_params`: the co-trained RM's, else None.
+    `reward_model_params`: the co-trained RM's, else None; `quality_head`: ARRoL's (config.pruning), else None.
 
     Returns (rollout, scores [N], reward components [N, K], group ids [N], off-policy tokens [N, T] bool
     (`rows.off_policy_tokens`), the rows' token layouts by `inputs.StepData` field (tree node ids [N, T+1] of tree
     rollouts, config.tree; the judge's step scores and ends [N, T], config.task.step_reward; None when off), host
-    metrics, new selection state, ReLIFT's new buffer rows (`companions.relift.hardest_questions`; None when off)).
+    metrics, new selection state, ReLIFT's new buffer rows (`companions.relift.hardest_questions`; None when off),
+    the rows' checkpoint features [N, E] for ARRoL's quality head (None when off)).
     """
     generate = functools.partial(generate_rows, config, setup, params, entropy_stats=entropy_stats,
-                                 reward_model_params=reward_model_params)
+                                 reward_model_params=reward_model_params, quality_head=quality_head)
     collected, selection_state = setup.selector.collect(selection_state, step, key, generate)
     rows = collected.rows
     check_prompt_groups(rows, collected.group_ids, config_lib.shared_prompt_group(config))
@@ -343,4 +406,4 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
     relift_rows, relift_metrics = relift.hardest_questions(config, setup, rows, collected.group_ids)
     return (rollout, rows.scores, rows.components, collected.group_ids, rows_lib.off_policy_tokens(rows),
             {"tree_nodes": rows.tree_nodes, "step_scores": rows.step_scores, "step_ends": rows.step_ends},
-            {**collected.metrics, **relift_metrics}, selection_state, relift_rows)
+            {**collected.metrics, **relift_metrics}, selection_state, relift_rows, rows.quality_features)

@@ -31,6 +31,7 @@ class Rows:
     process_scores: np.ndarray | None = None  # [n] float32: the process judge's score (task.flaw_judge; PROF), else None
     step_scores: np.ndarray | None = None  # [n, T] float32: each judged segment's label on its last token (step rewards)
     step_ends: np.ndarray | None = None  # [n, T] bool: the tokens that end a judged segment (task.step_reward), else None
+    quality_features: np.ndarray | None = None  # [n, E] float32: the policy's hidden state at ARRoL's checkpoint, else None
 
 
 def off_policy_tokens(rows: Rows) -> np.ndarray:

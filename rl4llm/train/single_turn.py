@@ -29,6 +29,7 @@ from rl4llm.train import setup as setup_lib
 from rl4llm.train import teacher as teacher_lib
 from rl4llm.train.companions import adaptive_temperature
 from rl4llm.train.companions import critic as critic_lib
+from rl4llm.train.companions import quality_head
 from rl4llm.train.companions import reward_weighting
 from rl4llm.train.companions import rm_cotraining
 from rl4llm.train.programs import several_updates_per_step
@@ -115,10 +116,10 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
     rl = config.rl
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     t0 = time.time()
-    rollout, scores, components, group_ids, off_policy, layouts, host_metrics, selection, relift_rows = (
+    rollout, scores, components, group_ids, off_policy, layouts, host_metrics, selection, relift_rows, features = (
         rollouts.rollout_and_score(config, setup, state.params, step, step_key, selection,
                                    adaptive_temperature.sampler_stats(config, state),
-                                   rm_cotraining.params(config, state)))
+                                   rm_cotraining.params(config, state), quality_head.params(config, state)))
     mask = rollout.completion_mask.astype(jnp.float32)
     tokens, attention_mask = batches.join_sequences(
         rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens, rollout.completion_mask
@@ -165,6 +166,7 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
         entropy_stats=adaptive_temperature.step_stats(config, behaviour[1], mask) if behaviour else None,
         relift_rows=relift_rows,
         reward_model_batch=rm_cotraining.batch(config, tokens, attention_mask, components, group_ids),
+        quality_batch=quality_head.batch(config, features, components[:, 0]),
     )
 
 

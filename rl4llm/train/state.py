@@ -16,6 +16,7 @@ from rl4llm.train.companions import controllers
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import epo as epo_lib
 from rl4llm.train.companions import prime as prime_lib
+from rl4llm.train.companions import quality_head
 from rl4llm.train.companions import relift as relift_lib
 from rl4llm.train.companions import reward_weighting
 from rl4llm.train.companions import rm_cotraining
@@ -24,7 +25,7 @@ from rl4llm.train.companions import rm_cotraining
 # reward components' weights (dynamic weighting, constrained RLHF), HAPO's adaptive temperature statistics, ReLIFT's
 # buffer and SFT steps, the outcome RM co-trained with the policy (Cooper).
 COMPANIONS = (critic_lib, prime_lib, epo_lib, controllers, reward_weighting, adaptive_temperature, relift_lib,
-              rm_cotraining)
+              rm_cotraining, quality_head)
 
 
 def init_rl_state(config, init_params, optimizer, key) -> learner_lib.TrainState:

@@ -37,6 +37,7 @@ class RolloutBatch:
     entropy_stats: Any = None  # HAPO's adaptive temperature: this step's stats for the next (companions), else None
     relift_rows: Any = None  # ReLIFT: this step's hardest questions as SFT rows (relift.hardest_questions), else None
     reward_model_batch: Any = None  # the co-trained RM's pairs' rows (companions.rm_cotraining.CoTrainBatch), else None
+    quality_batch: Any = None  # ARRoL's kept rollouts for its quality head (companions.quality_head.QualityBatch), else None
 
 
 def learn_on_rollouts(config, programs: RLPrograms, state, rollouts: RolloutBatch, step: int):
