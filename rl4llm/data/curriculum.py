@@ -15,6 +15,9 @@ response curve a(h) = c + (1 − c)·σ(k·(h − b)) (:func:`irt_accuracy`); af
 difficulty b is fitted to the (h, successes, rollouts) it has seen (:func:`irt_difficulty`) and the next round
 uses h* = b + logit((target − c)/(1 − c))/k, clipped to [0, 1] (:func:`irt_hint`).
 
+Hints with a sample difficulty prior (Zhang et al. 2025, "ADHint"; digest §8.3, reconstructed): the problem's
+accuracy without a hint sets its hint rate, h = h_max·(1 − acc) (:func:`adhint_hint`).
+
 Curriculum: the arithmetic task's operand count and operand range grow linearly from a start value to the
 configured ``config.task`` values over ``steps`` RL steps (:func:`arithmetic_at_step`).
 """
@@ -82,6 +85,13 @@ def irt_hint(b: np.ndarray, k: float, c: float, target: float) -> np.ndarray:
     whole solution but its answer for one harder than the target at h = 1)."""
     q = (target - c) / (1.0 - c)
     return np.clip(np.asarray(b, np.float64) + np.log(q / (1.0 - q)) / k, 0.0, 1.0)
+
+
+def adhint_hint(accuracy: np.ndarray, h_max: float) -> np.ndarray:
+    """ADHint's hint rate from the sample difficulty prior (a reconstruction: the paper's code is not released):
+    ``h = h_max·(1 − acc)``, ``acc`` the problem's accuracy in its unhinted rollouts -- the whole ``h_max`` for a
+    problem never solved, no hint for one always solved."""
+    return h_max * (1.0 - np.asarray(accuracy, np.float64))
 
 
 def linear_schedule(step: int, start: int, end: int, steps: int) -> int:
