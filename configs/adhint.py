@@ -7,8 +7,8 @@ def get_config():
     """ADHint: each problem's G rollouts in two rounds of G / 2. The first is unhinted and measures the problem's
     difficulty under the policy (the sample difficulty prior); the second appends the prefix of the reference
     solution at the hint rate h = h_max·(1 − acc) of the first round, h_max = 0.75 (no hint for a problem the policy
-    always solves, 75 % of the solution for one it never does; `rl4llm.train.hints.adhint_rate`,
-    `rl4llm.data.curriculum.adhint_hint`). The hinted rollouts are trained, as Guide's, as responses to the prompt
+    always solves, 75 % of the solution for one it never does; `rl4llm.train.hints.round_groups`,
+    `rl4llm.data.curriculum.adhint_rate`). The hinted rollouts are trained, as Guide's, as responses to the prompt
     without the hint, the hint's tokens first and off-policy (`hints.hint_in_completion`). The loss
     (`rl4llm.rl.adhint.adhint_loss`, `rl.loss='adhint'`) weights a hint token's gradient by the policy's probability
     of it, π_θ (consistency-based gradient modulation), and masks it when π_θ < 0.05 or its rollout's advantage is

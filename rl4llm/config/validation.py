@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from rl4llm import rewards
 from rl4llm.config import agent as agent_config
+from rl4llm.data import curriculum
 from rl4llm.data import difficulty
 from rl4llm.data import selection as selection_lib
 from rl4llm.data import tasks
@@ -26,7 +27,6 @@ from rl4llm.rl import preference
 from rl4llm.rl import process as process_rl
 from rl4llm.rl import registry
 from rl4llm.sampling.tree import TreeShape
-from rl4llm.train import hints as hints_lib
 from rl4llm.verifiers import templates
 
 
@@ -335,11 +335,11 @@ def _round_hint_errors(config) -> list[str]:
 def _hinted_advantage_errors(config) -> list[str]:
     """ADHint's advantage (rl.advantage='adhint') compares a group's hinted rollouts with its unhinted ones."""
     sel = config.selection
-    if config.rl.advantage != "adhint" or not sel.hints or sel.hint_schedule in hints_lib.ROUND_RATES:
+    if config.rl.advantage != "adhint" or not sel.hints or sel.hint_schedule in curriculum.ROUND_RATES:
         return []
     return [f"config.rl.advantage='adhint': compares each group's hinted and unhinted rollouts, and "
             f"config.selection.hint_schedule={sel.hint_schedule!r} makes groups all hinted or all unhinted; use "
-            f"{' | '.join(sorted(hints_lib.ROUND_RATES))}"]
+            f"{' | '.join(sorted(curriculum.ROUND_RATES))}"]
 
 
 def _off_policy_loss_errors(rl, field: str, tokens: str) -> list[str]:
@@ -391,7 +391,7 @@ def _selection_errors(config) -> list[str]:
             )
         if sel.hints:
             errors.append("config.selection.hints=True: not supported with method 'knapsack' (unequal groups)")
-    if sel.hints and sel.hint_schedule in hints_lib.ROUND_RATES:
+    if sel.hints and sel.hint_schedule in curriculum.ROUND_RATES:
         errors += _round_hint_errors(config)
     errors += _hinted_advantage_errors(config)
     if sel.hint_placement == "completion":

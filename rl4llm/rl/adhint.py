@@ -1,7 +1,7 @@
 """ADHint (Zhang et al. 2025, "ADHint: Adaptive Hints with Difficulty Priors for Reinforcement Learning"): the
 advantage and the policy loss of groups that mix unhinted rollouts with rollouts after a prefix of the reference
 solution (the hint), the hint trained in the completion as tokens the policy did not sample. The third part, the hint
-rate from the sample difficulty prior, is the `adhint` hint schedule (`rl4llm.train.hints.adhint_rate`).
+rate from the sample difficulty prior, is the `adhint` hint schedule (`rl4llm.data.curriculum.adhint_rate`).
 
 A reconstruction (digest §8.3; the paper's code is not released, its abstract names the three parts): the formulas
 below are the simplest reading of "Advantage Estimation with Rollout Difficulty Posterior" (`adhint_advantages`) and

@@ -4,9 +4,10 @@
 * ``staged`` (GHPO, Liu et al. 2025): a group whose G rollouts all fail is regenerated at growing prefix fractions
   (`selection.hint_fractions`) and replaced by the first hinted group with a correct rollout (`staged_groups`);
 * ``irt`` (SEELE, Li et al. 2025): every problem's G rollouts are drawn in `selection.hint_rounds` rounds, each after
-  the first at the problem's hint rate fitted for accuracy `selection.target` (`round_groups`, `irt_rate`);
+  the first at the problem's hint rate fitted for accuracy `selection.target` (`round_groups`,
+  `curriculum.irt_rate`);
 * ``adhint`` (ADHint, Zhang et al. 2025): the same rounds, each after the first at the hint rate
-  h_max·(1 − acc) of the problem's unhinted first round (`round_groups`, `adhint_rate`).
+  h_max·(1 − acc) of the problem's unhinted first round (`round_groups`, `curriculum.adhint_rate`).
 
 and trained with the hint in one of two places (`selection.hint_placement`, `placement`):
 
@@ -121,36 +122,16 @@ def staged_groups(sel, g: int, pad_id: int, examples, rows: Rows, key, generate,
     return rows, metrics
 
 
-def irt_rate(sel, rates: list, successes: list, per: int) -> np.ndarray:
-    """SEELE: each example's hint rate h* = `curriculum.irt_hint(curriculum.irt_difficulty(earlier rounds))`
-    (accuracy `sel.target` on the fitted curve); `rates` and `successes` ([n] each) of the earlier rounds."""
-    k, c = sel.irt_discrimination, sel.irt_guess
-    n, r = len(rates[0]), len(rates)
-    b = curriculum.irt_difficulty(np.stack(rates, 1), np.stack(successes, 1), np.full((n, r), per), k, c)
-    return curriculum.irt_hint(b, k, c, sel.target)
-
-
-def adhint_rate(sel, rates: list, successes: list, per: int) -> np.ndarray:
-    """ADHint's sample difficulty prior: each example's hint rate `curriculum.adhint_hint` = h_max·(1 − acc) of its
-    unhinted first round (`sel.hint_max`; every later round at that rate)."""
-    del rates
-    return curriculum.adhint_hint(successes[0] / per, sel.hint_max)
-
-
-# selection.hint_schedule -> the hint rate of a round after the first (`round_groups`)
-ROUND_RATES = {"irt": irt_rate, "adhint": adhint_rate}
-
-
 def round_groups(sel, g: int, pad_id: int, examples, key, generate, place: PlaceFn) -> tuple[Rows, dict]:
     """SEELE's and ADHint's rounds: each example's G rollouts in `sel.hint_rounds` rounds of G / rounds, the first
-    without a hint, each later one at the example's own hint rate `ROUND_RATES[sel.hint_schedule]` of the earlier
-    rounds. The group holds every round's rollouts, each with its hint (placed by `place`). Metrics: the rounds'
-    mean reward metrics, selection/hint_overflow (as `staged_groups`), selection/hint_rate (mean h of rounds 2..R),
-    selection/hinted_frac (given a non-empty hint), selection/unhinted_accuracy (round 1), selection/hinted_accuracy
-    (rounds 2..R: what SEELE's fit aims at the target)."""
+    without a hint, each later one at the example's own hint rate `curriculum.ROUND_RATES[sel.hint_schedule]` of
+    the earlier rounds. The group holds every round's rollouts, each with its hint (placed by `place`). Metrics: the
+    rounds' mean reward metrics, selection/hint_overflow (as `staged_groups`), selection/hint_rate (mean h of rounds
+    2..R), selection/hinted_frac (given a non-empty hint), selection/unhinted_accuracy (round 1),
+    selection/hinted_accuracy (rounds 2..R: what SEELE's fit aims at the target)."""
     n, rounds = len(examples), sel.hint_rounds
     per = g // rounds
-    rate_of = ROUND_RATES[sel.hint_schedule]
+    rate_of = curriculum.ROUND_RATES[sel.hint_schedule]
     rates, given, successes, parts, round_metrics, overflow = [], [], [], [], [], 0
     for r in range(rounds):
         rate = np.zeros(n) if r == 0 else rate_of(sel, rates, successes, per)

@@ -133,7 +133,7 @@ class Selector:
     def generate_groups(self, examples, key, generate: GenerateFn) -> tuple[Rows, dict]:
         """G rollouts of each example (and their reward metrics), then hints for the all-fail groups when on. With
         `rl.off_policy_traces` = k, G − k rollouts and k copies of the example's reference solution (LUFFY)."""
-        if self.sel.hints and self.sel.hint_schedule in hints.ROUND_RATES:
+        if self.sel.hints and self.sel.hint_schedule in curriculum.ROUND_RATES:
             return hints.round_groups(self.sel, self.num_generations, self.pad_id, examples, key, generate,
                                       self.place_hints)
         k = self.off_policy_traces
