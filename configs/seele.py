@@ -8,10 +8,10 @@ def get_config():
     """SEELE: each problem's G rollouts are drawn in rounds, and every round after the first appends to the prompt
     the prefix of the reference solution (hint rate h = the fraction of its characters) at which the problem's
     fitted item response curve a(h) = c + (1 − c)·σ(k·(h − b)) predicts accuracy 0.5, the rate where a(1 − a),
-    SEELE's bound on the loss descent, is largest (`rl4llm.train.hints.irt_groups`;
-    `rl4llm.data.curriculum.irt_difficulty`, `irt_hint`). The group holds every round's rollouts; the hint is part of
-    the prompt, so the loss trains only the policy's own tokens (SEELE: "loss only on self-generated tokens"), and the
-    hint never reaches the final answer.
+    SEELE's bound on the loss descent, is largest (`rl4llm.train.hints.round_groups`;
+    `rl4llm.data.curriculum.irt_rate`, `irt_difficulty`, `irt_hint`). The group holds every round's rollouts; the
+    hint is part of the prompt, so the loss trains only the policy's own tokens (SEELE: "loss only on self-generated
+    tokens"), and the hint never reaches the final answer.
 
     What the paper specifies (digest §8.2) and this follows: hints appended after the problem, multi-round sampling,
     a 3PL IRT fit to the accuracy-hint pairs of the earlier rounds, target accuracy 0.5, GRPO on the collected

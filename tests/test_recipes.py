@@ -71,6 +71,7 @@ RECIPES = (
     "cooper",
     "exit",
     "arrol",
+    "adhint",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -147,6 +148,9 @@ MECHANISMS = {
     "prm_clip": ("process/reward_abs", "process/steps_per_response"),
     # the verifier split groups (the parity reward) and the RM took Bradley-Terry steps on their pairs
     "cooper": ("reward_model/pairs", "reward_model/grad_norm"),
+    # groups the parity reward does not always reward got a hint (h_max (1 - acc)), trained off-policy in the
+    # completion, and some hint tokens were masked (a negative advantage, or pi below the threshold)
+    "adhint": ("selection/hinted_frac", "off_policy_frac", "off_masked_frac"),
 }
 
 

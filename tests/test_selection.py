@@ -508,6 +508,16 @@ def test_arithmetic_curriculum_schedule():
          "config.selection.hint_placement='completion': places hints, and config.selection.hints=False gives none"),
         ({"selection.hints": True, "selection.hint_placement": "completion"},
          "config.selection.hint_placement='completion': config.rl.loss='ppo_clip' does not take off_policy_mask"),
+        ({"selection.hint_max": 0.0}, "config.selection.hint_max=0.0: must lie in (0.0, 1.0]"),
+        ({"selection.hints": True, "selection.hint_schedule": "adhint", "selection.hint_rounds": 3},
+         "config.selection.hint_rounds=3: must divide config.rl.num_generations=16"),
+        ({"selection.hints": True, "selection.hint_schedule": "adhint", "selection.method": "dots"},
+         "config.selection.hint_schedule='adhint': needs config.selection.method='uniform'"),
+        ({"rl.advantage": "adhint", "selection.hints": True},
+         "config.rl.advantage='adhint': compares each group's hinted and unhinted rollouts, and "
+         "config.selection.hint_schedule='staged' makes groups all hinted or all unhinted; use adhint | irt"),
+        ({"rl.loss": "adhint", "rl.loss_kwargs.mask_threshold": 1.5},
+         "config.rl.loss_kwargs.mask_threshold=1.5: must lie in [0, 1]"),
     ],
 )
 def test_selection_config_errors_name_the_field(updates, message):
@@ -564,8 +574,9 @@ def _starts_like_the_solution(completion: str, answer: str) -> float:
     return float(len(completion) >= 2 and completion[0].isdigit() and completion[1] == "+")
 
 
-def _hint_recipe_records(name, tmp_path, monkeypatch, warm_start, **selection):
-    """Two steps of configs/<name>.py on the tiny job, rewarded by `_starts_like_the_solution`."""
+def _hint_recipe_records(name, tmp_path, monkeypatch, warm_start, overrides=None, **selection):
+    """Two steps of configs/<name>.py on the tiny job, rewarded by `_starts_like_the_solution`, with `selection`'s
+    fields and the flattened `overrides` set."""
     import importlib
 
     from tests.test_recipes import shrink
@@ -577,6 +588,7 @@ def _hint_recipe_records(name, tmp_path, monkeypatch, warm_start, **selection):
     config.task.reward = "starts_like_the_solution"
     config.rl.steps = 2
     config.selection.update(selection)
+    config.update_from_flattened_dict(overrides or {})
     return _run(config, warm_start, str(tmp_path / name))
 
 

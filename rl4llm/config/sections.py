@@ -438,15 +438,18 @@ class Selection:
     knapsack_max_n: int = param(64, "knapsack: most rollouts of one prompt", AtLeast(2))
     hints: bool = param(False, "GHPO: regenerate all-fail groups with growing reference-solution prefixes", Boolean())
     hint_schedule: str = param("staged", "staged: GHPO's hint_fractions for all-fail groups; irt: SEELE's per-problem "
-                               "hint rate fitted each round for accuracy selection.target", OneOf(("staged", "irt")))
+                               "hint rate fitted each round for accuracy selection.target; adhint: ADHint's rate "
+                               "hint_max (1 - the unhinted round's accuracy)", OneOf(("staged", "irt", "adhint")))
     hint_placement: str = param("prompt", "prompt: the hint stays in the trained prompt, only the policy's continuation "
                                 "is trained (GHPO, SEELE); completion: a hinted rollout is trained as the unhinted "
                                 "prompt's response, the hint's tokens off-policy (Guide; a loss taking "
                                 "off_policy_mask)", OneOf(("prompt", "completion")))
     hint_fractions: tuple = param((0.25, 0.5, 0.75), "GHPO: the prefix fractions, in order",
                                   Satisfies(_increasing_fractions, "must be increasing fractions in (0, 1]"))
-    hint_rounds: int = param(4, "SEELE: rounds of G / hint_rounds rollouts per problem, the first without a hint",
-                             AtLeast(2))
+    hint_rounds: int = param(4, "SEELE, ADHint: rounds of G / hint_rounds rollouts per problem, the first without a "
+                             "hint", AtLeast(2))
+    hint_max: float = param(0.75, "ADHint: h_max of the hint rate h = h_max (1 - acc) (acc: the unhinted round's)",
+                            Between(0.0, 1.0, low_open=True))
     irt_discrimination: float = param(10.0, "SEELE: k of a(h) = c + (1 - c) sigmoid(k (h - b)) (fixed; b is fitted)",
                                       Between(0.0, 1e3, low_open=True))
     irt_guess: float = param(0.0, "SEELE: c, the accuracy floor of a(h) (fixed)", Between(0.0, 1.0))

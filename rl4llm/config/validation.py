@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from rl4llm import rewards
 from rl4llm.config import agent as agent_config
+from rl4llm.data import curriculum
 from rl4llm.data import difficulty
 from rl4llm.data import selection as selection_lib
 from rl4llm.data import tasks
@@ -169,6 +170,8 @@ def _abstract_inputs(names) -> dict:
     inputs = {k: jax.ShapeDtypeStruct(shape, jnp.float32) for k, shape in arrays.items() if k in names}
     if "group_ids" in names:
         inputs["group_ids"] = jax.ShapeDtypeStruct((n,), jnp.int32)
+    if "hinted" in names:
+        inputs["hinted"] = jax.ShapeDtypeStruct((n,), jnp.bool_)
     if "tree_nodes" in names:
         inputs["tree_nodes"] = jax.ShapeDtypeStruct((n, t + 1), jnp.int32)
     k = 2  # multi-turn layout (agent runs): K = 2 turns
@@ -312,21 +315,31 @@ def _task_errors(config) -> list[str]:
     return errors
 
 
-def _irt_hint_errors(config) -> list[str]:
-    """SEELE's per-problem hint rounds (selection.hint_schedule='irt')."""
+def _round_hint_errors(config) -> list[str]:
+    """SEELE's and ADHint's per-problem hint rounds (selection.hint_schedule 'irt' / 'adhint': `hints.round_groups`)."""
     errors = []
     sel, g = config.selection, config.rl.num_generations
     if g % sel.hint_rounds:
         errors.append(f"config.selection.hint_rounds={sel.hint_rounds}: must divide config.rl.num_generations={g} "
                       "(every round draws G / hint_rounds rollouts of each problem)")
-    if not sel.irt_guess < sel.target < 1.0:
+    if sel.hint_schedule == "irt" and not sel.irt_guess < sel.target < 1.0:
         errors.append(f"config.selection.target={sel.target}: SEELE's hint needs irt_guess={sel.irt_guess} < "
                       "target < 1 (the accuracy a(h) = c + (1 - c) sigmoid(k (h - b)) reaches only (c, 1))")
     if sel.method != "uniform":
-        errors.append(f"config.selection.hint_schedule='irt': needs config.selection.method='uniform' (got "
-                      f"{sel.method!r}: its per-prompt statistics and replay take one hint per group, SEELE's groups "
-                      "mix the hints of their rounds)")
+        errors.append(f"config.selection.hint_schedule={sel.hint_schedule!r}: needs config.selection.method='uniform' "
+                      f"(got {sel.method!r}: its per-prompt statistics and replay take one hint per group, these "
+                      "groups mix the hints of their rounds)")
     return errors
+
+
+def _hinted_advantage_errors(config) -> list[str]:
+    """ADHint's advantage (rl.advantage='adhint') compares a group's hinted rollouts with its unhinted ones."""
+    sel = config.selection
+    if config.rl.advantage != "adhint" or not sel.hints or sel.hint_schedule in curriculum.ROUND_RATES:
+        return []
+    return [f"config.rl.advantage='adhint': compares each group's hinted and unhinted rollouts, and "
+            f"config.selection.hint_schedule={sel.hint_schedule!r} makes groups all hinted or all unhinted; use "
+            f"{' | '.join(sorted(curriculum.ROUND_RATES))}"]
 
 
 def _off_policy_loss_errors(rl, field: str, tokens: str) -> list[str]:
@@ -378,8 +391,9 @@ def _selection_errors(config) -> list[str]:
             )
         if sel.hints:
             errors.append("config.selection.hints=True: not supported with method 'knapsack' (unequal groups)")
-    if sel.hints and sel.hint_schedule == "irt":
-        errors += _irt_hint_errors(config)
+    if sel.hints and sel.hint_schedule in curriculum.ROUND_RATES:
+        errors += _round_hint_errors(config)
+    errors += _hinted_advantage_errors(config)
     if sel.hint_placement == "completion":
         errors += _hint_placement_errors(config)
     if method != "uniform" and "baseline_scores" in registry.advantage_inputs(rl.advantage):

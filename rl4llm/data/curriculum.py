@@ -15,6 +15,10 @@ response curve a(h) = c + (1 − c)·σ(k·(h − b)) (:func:`irt_accuracy`); af
 difficulty b is fitted to the (h, successes, rollouts) it has seen (:func:`irt_difficulty`) and the next round
 uses h* = b + logit((target − c)/(1 − c))/k, clipped to [0, 1] (:func:`irt_hint`).
 
+Hints with a sample difficulty prior (Zhang et al. 2025, "ADHint"; digest §8.3, reconstructed): the problem's
+accuracy without a hint sets its hint rate, h = h_max·(1 − acc) (:func:`adhint_hint`). Both are rates of the hint
+rounds after the first (`ROUND_RATES`, `rl4llm.train.hints.round_groups`).
+
 Curriculum: the arithmetic task's operand count and operand range grow linearly from a start value to the
 configured ``config.task`` values over ``steps`` RL steps (:func:`arithmetic_at_step`).
 """
@@ -82,6 +86,33 @@ def irt_hint(b: np.ndarray, k: float, c: float, target: float) -> np.ndarray:
     whole solution but its answer for one harder than the target at h = 1)."""
     q = (target - c) / (1.0 - c)
     return np.clip(np.asarray(b, np.float64) + np.log(q / (1.0 - q)) / k, 0.0, 1.0)
+
+
+def adhint_hint(accuracy: np.ndarray, h_max: float) -> np.ndarray:
+    """ADHint's hint rate from the sample difficulty prior (a reconstruction: the paper's code is not released):
+    ``h = h_max·(1 − acc)``, ``acc`` the problem's accuracy in its unhinted rollouts -- the whole ``h_max`` for a
+    problem never solved, no hint for one always solved."""
+    return h_max * (1.0 - np.asarray(accuracy, np.float64))
+
+
+def irt_rate(sel, rates: list, successes: list, per: int) -> np.ndarray:
+    """SEELE's round hint rate (config.selection `sel`): each example's h* = `irt_hint(irt_difficulty(earlier rounds))`
+    (accuracy `sel.target` on the fitted curve); `rates` and `successes` ([n] each) of the earlier rounds."""
+    k, c = sel.irt_discrimination, sel.irt_guess
+    n, r = len(rates[0]), len(rates)
+    b = irt_difficulty(np.stack(rates, 1), np.stack(successes, 1), np.full((n, r), per), k, c)
+    return irt_hint(b, k, c, sel.target)
+
+
+def adhint_rate(sel, rates: list, successes: list, per: int) -> np.ndarray:
+    """ADHint's round hint rate, the sample difficulty prior: each example's `adhint_hint` = h_max·(1 − acc) of its
+    unhinted first round (`sel.hint_max`; every later round at that rate)."""
+    del rates
+    return adhint_hint(successes[0] / per, sel.hint_max)
+
+
+# selection.hint_schedule -> the hint rate of a round after the first (`rl4llm.train.hints.round_groups`)
+ROUND_RATES = {"irt": irt_rate, "adhint": adhint_rate}
 
 
 def linear_schedule(step: int, start: int, end: int, steps: int) -> int:

@@ -130,12 +130,14 @@ def _trace_tokens(off_policy_mask: Optional[jax.Array], mask: jax.Array) -> jax.
     return jnp.zeros(mask.shape, bool) if off_policy_mask is None else off_policy_mask != 0
 
 
-def _mixed(adv, logp, old_logp, mask, off, off_loss, is_weight, weight_bound, clip_low, clip_high, on_policy_clip):
-    """Per-token loss: `off_loss` on trace tokens, PPO's clipped (or plain) ratio loss on the others, and the
-    metrics shared by the mixed-policy losses. The on-policy branch sees 0 log-probs on trace tokens, so their
-    (possibly −inf) log-probs never reach its exp; `is_weight` ∈ [0, weight_bound] on trace tokens."""
+def _mixed(adv, logp, old_logp, mask, off, off_loss, is_weight, weight_bound, clip_low, clip_high, on_policy_clip,
+           dual_clip=None):
+    """Per-token loss: `off_loss` on trace tokens, PPO's clipped (or plain) ratio loss on the others (with
+    `dual_clip` as `losses.ppo_clip`'s), and the metrics shared by the mixed-policy losses. The on-policy branch sees
+    0 log-probs on trace tokens, so their (possibly −inf) log-probs never reach its exp; `is_weight` ∈
+    [0, weight_bound] on trace tokens."""
     log_ratio = _clamped_log_ratio(jnp.where(off, 0.0, logp), jnp.where(off, 0.0, old_logp))
-    on_loss, metrics = _ppo_token_loss(adv, log_ratio, mask * ~off, clip_low, clip_high, None)
+    on_loss, metrics = _ppo_token_loss(adv, log_ratio, mask * ~off, clip_low, clip_high, dual_clip)
     if not on_policy_clip:
         on_loss = -adv * jnp.exp(log_ratio)
         metrics = {k: v for k, v in metrics.items() if not k.startswith(("clip_frac", "dual_clip"))}

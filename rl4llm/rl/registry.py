@@ -23,7 +23,8 @@ Advantages — the trainer calls::
     values[N, T] critic values, baseline_scores[N] (ReMax greedy reward), reward_components[N, K]
     (GDPO multi-reward), seq_metric[N] (CANON split metric), process_rewards[N, T] (PRIME implicit PRM, or a process
     judge's step rewards: `rl.process`),
-    tree_nodes[N, T+1] (the node of each position of a tree rollout's rows, `rl.tree`: TreeRL, Tree-OPO, CURE).
+    tree_nodes[N, T+1] (the node of each position of a tree rollout's rows, `rl.tree`: TreeRL, Tree-OPO, CURE),
+    hinted[N] bool (the row was sampled after a hint, `selection.hints`: ADHint).
     Multi-turn estimators (`rl.multi_turn`: mt_grpo, igpo, gtpo, bilevel_gae) also take the turn layout:
     turn_id[N, T] (−1 off action tokens), turn_end[N, K], turn_valid[N, K], turn_rewards[N, K] (outcome
     excluded; it is `scores`) and gt_logprobs[N, K+1] (IGPO); `mask` is then the multi-turn loss mask.
@@ -45,8 +46,8 @@ Policy losses — the trainer calls::
     Extra inputs: key (PRNG key: clip_cov), entropy[N, T] (token entropy of the current policy:
     entropy-aware losses), proxy_logp[N, T] (Lp-Reg), target_advantages (gbpo: from
     `advantages.gbpo_targets(scores, group_ids, num_groups=G)`), off_policy_mask[N, T] (1 on the tokens of
-    off-policy traces mixed into the groups: `off_policy.luffy`; None = all on-policy). A loss that declares an extra input
-    the trainer does not pass fails with a TypeError naming it.
+    off-policy traces mixed into the groups: `off_policy.luffy`, or the hint's tokens: `adhint.adhint_loss`; None =
+    all on-policy). A loss that declares an extra input the trainer does not pass fails with a TypeError naming it.
 
 Whole-minibatch token statistics — losses in `TOKEN_STATISTICS` select or weight tokens by statistics of
 the batch (covariance ranks, quantiles, max/min, entropy scores). `get_token_statistics(name)` takes the
@@ -65,7 +66,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl import advantages, entropy, losses, multi_turn, off_policy, preference, process, tree
+from rl4llm.rl import adhint, advantages, entropy, losses, multi_turn, off_policy, preference, process, tree
 
 ADVANTAGES: dict[str, Callable[..., Any]] = {
     "grpo": advantages.grpo,
@@ -93,6 +94,7 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "tree_opo": tree.tree_opo,  # tree rollouts: r − α·V(prefix) over the prefix's subtree, on the row's own tokens
     "cure": tree.cure,  # CURE's critical-token trees (config.tree.criterion="critical"): GRPO on own tokens
     "ettrl": tree.ettrl,  # ETTRL Adv-Res: GRPO × (1 + (H̄_g − H_i)/H̄_g), H = response mean token entropy
+    "adhint": adhint.adhint_advantages,  # GRPO, hinted successes scaled by the hint's difficulty posterior (hinted)
     "spo": preference.spo_advantages,  # SPO: each completion's win rate in its group − ½ (the verifier as preference)
     # Multi-turn agents (turn-level credit; the trajectory-level baseline is "grpo"): `rl.multi_turn`.
     "mt_grpo": multi_turn.mt_grpo,
@@ -121,6 +123,7 @@ POLICY_LOSSES: dict[str, Callable[..., Any]] = {
     # mixed on-/off-policy groups (rl.off_policy_traces): they need off_policy_mask to see the traces
     "luffy": off_policy.luffy,
     "rl_plus": off_policy.rl_plus,
+    "adhint": adhint.adhint_loss,  # hints in the completion: hint tokens weighted by π_θ, masked when π < τ or A < 0
 }
 
 # Per-token statistics of the whole minibatch that a loss's token selection / weighting depends on
@@ -150,7 +153,7 @@ FORCED_AGG_MODE: dict[str, str] = {
 # layout, IGPO's ground-truth log-probs). `train.inputs` holds a provider for each.
 COMMON_ADVANTAGE_INPUTS = ("scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values")
 SINGLE_TURN_ADVANTAGE_INPUTS = ("baseline_scores", "reward_components", "seq_metric", "process_rewards",
-                                "tree_nodes")
+                                "tree_nodes", "hinted")
 MULTI_TURN_ADVANTAGE_INPUTS = ("turn_rewards", "turn_id", "turn_end", "turn_valid", "gt_logprobs")
 ADVANTAGE_INPUTS = COMMON_ADVANTAGE_INPUTS + SINGLE_TURN_ADVANTAGE_INPUTS + MULTI_TURN_ADVANTAGE_INPUTS
 # The standard inputs of policy losses; the learner provides every one (`train.learner`).

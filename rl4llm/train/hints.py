@@ -1,10 +1,13 @@
 """Hinted rollouts for the prompts the policy fails: a prefix of the reference solution appended to the prompt
-(`rl4llm.data.curriculum`), under `config.selection.hints`, in one of two schedules:
+(`rl4llm.data.curriculum`), under `config.selection.hints`, in one of three schedules:
 
 * ``staged`` (GHPO, Liu et al. 2025): a group whose G rollouts all fail is regenerated at growing prefix fractions
   (`selection.hint_fractions`) and replaced by the first hinted group with a correct rollout (`staged_groups`);
 * ``irt`` (SEELE, Li et al. 2025): every problem's G rollouts are drawn in `selection.hint_rounds` rounds, each after
-  the first at the problem's hint rate fitted for accuracy `selection.target` (`irt_groups`).
+  the first at the problem's hint rate fitted for accuracy `selection.target` (`round_groups`,
+  `curriculum.irt_rate`);
+* ``adhint`` (ADHint, Zhang et al. 2025): the same rounds, each after the first at the hint rate
+  h_max·(1 − acc) of the problem's unhinted first round (`round_groups`, `curriculum.adhint_rate`).
 
 and trained with the hint in one of two places (`selection.hint_placement`, `placement`):
 
@@ -13,7 +16,7 @@ and trained with the hint in one of two places (`selection.hint_placement`, `pla
 * ``completion`` (Guide, Nath et al. 2025): the hinted rollout is trained as a response to the unhinted prompt,
   the hint's tokens first and off-policy (`hint_in_completion`).
 
-`Rows.hint_chars` records each row's hint. Both schedules take the trainer's `generate`
+`Rows.hint_chars` records each row's hint. Every schedule takes the trainer's `generate`
 (`prompt_selection.GenerateFn`) and a `PlaceFn`.
 """
 
@@ -119,24 +122,19 @@ def staged_groups(sel, g: int, pad_id: int, examples, rows: Rows, key, generate,
     return rows, metrics
 
 
-def irt_groups(sel, g: int, pad_id: int, examples, key, generate, place: PlaceFn) -> tuple[Rows, dict]:
-    """SEELE: each example's G rollouts in `sel.hint_rounds` rounds of G / rounds, the first without a hint, each
-    later one at the example's own hint rate h* = `curriculum.irt_hint(curriculum.irt_difficulty(earlier rounds))`
-    (accuracy `sel.target` on the fitted curve). The group holds every round's rollouts, each with its hint in its
-    prompt (placed by `place`). Metrics: the rounds' mean reward metrics, selection/hint_overflow (as
-    `staged_groups`), selection/hint_rate (mean h* of rounds 2..R),
-    selection/hinted_frac (given a non-empty hint), selection/unhinted_accuracy (round 1), selection/hinted_accuracy
-    (rounds 2..R: what the fit aims at the target)."""
+def round_groups(sel, g: int, pad_id: int, examples, key, generate, place: PlaceFn) -> tuple[Rows, dict]:
+    """SEELE's and ADHint's rounds: each example's G rollouts in `sel.hint_rounds` rounds of G / rounds, the first
+    without a hint, each later one at the example's own hint rate `curriculum.ROUND_RATES[sel.hint_schedule]` of
+    the earlier rounds. The group holds every round's rollouts, each with its hint (placed by `place`). Metrics: the
+    rounds' mean reward metrics, selection/hint_overflow (as `staged_groups`), selection/hint_rate (mean h of rounds
+    2..R), selection/hinted_frac (given a non-empty hint), selection/unhinted_accuracy (round 1),
+    selection/hinted_accuracy (rounds 2..R: what SEELE's fit aims at the target)."""
     n, rounds = len(examples), sel.hint_rounds
     per = g // rounds
-    k, c = sel.irt_discrimination, sel.irt_guess
+    rate_of = curriculum.ROUND_RATES[sel.hint_schedule]
     rates, given, successes, parts, round_metrics, overflow = [], [], [], [], [], 0
     for r in range(rounds):
-        if r == 0:
-            rate = np.zeros(n)
-        else:
-            b = curriculum.irt_difficulty(np.stack(rates, 1), np.stack(successes, 1), np.full((n, r), per), k, c)
-            rate = curriculum.irt_hint(b, k, c, sel.target)
+        rate = np.zeros(n) if r == 0 else rate_of(sel, rates, successes, per)
         chars = [curriculum.hint_chars(e.solution, e.answer, h) for e, h in zip(examples, rate)]
         rows, metrics = generate(
             [curriculum.hinted_prompt(e.prompt, e.solution, ch) for e, ch in zip(examples, chars)],

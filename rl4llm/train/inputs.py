@@ -54,6 +54,7 @@ class StepData:
     tree_nodes: np.ndarray | None = None  # [N, T+1] node ids of tree rollouts (config.tree), else None
     step_scores: np.ndarray | None = None  # [N, T] the judge's step labels on the step ends (task.step_reward), else None
     step_ends: np.ndarray | None = None  # [N, T] bool: the tokens that end a judged step, else None
+    hinted: np.ndarray | None = None  # [N] bool: rows sampled after a hint (`Rows.hint_chars` > 0)
 
 
 def _reward_components(d: StepData):
@@ -132,6 +133,11 @@ def _tree_nodes(d: StepData):
     return {"tree_nodes": jnp.asarray(d.tree_nodes)}, {}
 
 
+def _hinted(d: StepData):
+    """ADHint: the rows sampled after a hint [N] (`selection.hints`)."""
+    return {"hinted": jnp.asarray(d.hinted)}, {}
+
+
 class Provider(NamedTuple):
     needed: Callable  # (config) -> bool
     provide: Callable  # (StepData) -> (products, host metrics)
@@ -152,6 +158,7 @@ PROVIDERS: dict[str, Provider] = {
     "values": Provider(critic_lib.enabled, _values),
     "process_rewards": Provider(_declared("process_rewards"), _process_rewards),
     "tree_nodes": Provider(_declared("tree_nodes"), _tree_nodes, host=True),
+    "hinted": Provider(_declared("hinted"), _hinted, host=True),
 }
 
 
@@ -177,7 +184,8 @@ def advantages(scores, group_ids, mask, *, name: str, num_groups: int, kwargs: t
     targets (returns [N, T] of estimators in `registry.RETURNS_VALUE_TARGETS`, else None).
 
     `inputs`: optional standard inputs (rewards [N, T], values [N, T], baseline_scores [N], reward_components
-    [N, K], process_rewards [N, T], seq_metric [N], tree_nodes [N, T+1]) for estimators that declare them.
+    [N, K], process_rewards [N, T], seq_metric [N], tree_nodes [N, T+1], hinted [N]) for estimators that declare
+    them.
     """
     out = registry.get_advantage(name)(scores, group_ids, mask, num_groups=num_groups, **inputs, **dict(kwargs))
     adv, returns = out if name in registry.RETURNS_VALUE_TARGETS else (out, None)

@@ -5,7 +5,7 @@
 DOTS / BOTS / uniform pool draw, Knapsack rollout counts; `curricula`: RLVE's and SCALER's difficulty levels,
 StarPO-S's variance filter, SELF's greedy probe), calls the trainer's
 `generate(prompts, answers, counts, key, prefixes) -> Rows` for each generation round, adds hinted rollouts
-(`hints`: GHPO's staged, SEELE's fitted), mixes in replayed groups, and returns the step's training rows
+(`hints`: GHPO's staged, SEELE's fitted, ADHint's prior), mixes in replayed groups, and returns the step's training rows
 (N = num_prompts x num_generations) with the updated selection state (`SelectionState`, `DifficultyState`,
 `ScalerState` or None) and the step's selection metrics.
 Everything it draws comes from the step key (generation) and `selection.rng(seed, step, ·)` (choices), so a resumed
@@ -144,9 +144,9 @@ class Selector:
     def generate_groups(self, examples, key, generate: GenerateFn) -> tuple[Rows, dict]:
         """G rollouts of each example (and their reward metrics), then hints for the all-fail groups when on. With
         `rl.off_policy_traces` = k, G − k rollouts and k copies of the example's reference solution (LUFFY)."""
-        if self.sel.hints and self.sel.hint_schedule == "irt":
-            return hints.irt_groups(self.sel, self.num_generations, self.pad_id, examples, key, generate,
-                                    self.place_hints)
+        if self.sel.hints and self.sel.hint_schedule in curriculum.ROUND_RATES:
+            return hints.round_groups(self.sel, self.num_generations, self.pad_id, examples, key, generate,
+                                      self.place_hints)
         k = self.off_policy_traces
         counts = np.full(len(examples), self.num_generations - k)
         traces = [[e.solution] * k for e in examples] if k else None

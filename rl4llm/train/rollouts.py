@@ -383,10 +383,11 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
     `reward_model_params`: the co-trained RM's, else None; `quality_head`: ARRoL's (config.pruning), else None.
 
     Returns (rollout, scores [N], reward components [N, K], group ids [N], off-policy tokens [N, T] bool
-    (`rows.off_policy_tokens`), the rows' token layouts by `inputs.StepData` field (tree node ids [N, T+1] of tree
-    rollouts, config.tree; the judge's step scores and ends [N, T], config.task.step_reward; None when off), host
-    metrics, new selection state, ReLIFT's new buffer rows (`companions.relift.hardest_questions`; None when off),
-    the rows' checkpoint features [N, E] for ARRoL's quality head (None when off)).
+    (`rows.off_policy_tokens`), the rows' layouts by `inputs.StepData` field (tree node ids [N, T+1] of tree
+    rollouts, config.tree; the judge's step scores and ends [N, T], config.task.step_reward; None when off; the rows
+    sampled after a hint [N] bool), host metrics, new selection state, ReLIFT's new buffer rows
+    (`companions.relift.hardest_questions`; None when off), the rows' checkpoint features [N, E] for ARRoL's quality
+    head (None when off)).
     """
     generate = functools.partial(generate_rows, config, setup, params, entropy_stats=entropy_stats,
                                  reward_model_params=reward_model_params, quality_head=quality_head)
@@ -405,5 +406,6 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
     )
     relift_rows, relift_metrics = relift.hardest_questions(config, setup, rows, collected.group_ids)
     return (rollout, rows.scores, rows.components, collected.group_ids, rows_lib.off_policy_tokens(rows),
-            {"tree_nodes": rows.tree_nodes, "step_scores": rows.step_scores, "step_ends": rows.step_ends},
+            {"tree_nodes": rows.tree_nodes, "step_scores": rows.step_scores, "step_ends": rows.step_ends,
+             "hinted": rows.hint_chars > 0},
             {**collected.metrics, **relift_metrics}, selection_state, relift_rows, rows.quality_features)

@@ -256,7 +256,8 @@ def test_every_registered_estimator_runs_under_jit(name):
         turn_valid=jnp.ones((n, 2), bool), turn_rewards=jax.random.normal(k[2], (n, 2)),
         gt_logprobs=-jax.random.uniform(k[0], (n, 3)),
         # tree rollouts (rl.tree): rows 2i, 2i+1 share their first two tokens, then each has a node of its own
-        tree_nodes=jnp.asarray([[2 * (i // 2)] * 3 + [2 * n + i] * (t - 2) for i in range(n)], jnp.int32))
+        tree_nodes=jnp.asarray([[2 * (i // 2)] * 3 + [2 * n + i] * (t - 2) for i in range(n)], jnp.int32),
+        hinted=jnp.arange(n) >= n // 2)  # ADHint: the last half of the rows sampled after a hint
     fn = jax.jit(lambda s, kw: registry.get_advantage(name)(s, kw.pop("group_ids"), kw.pop("mask"),
                                                             num_groups=gnum, **kw))
     out = fn(scores, dict(inputs))

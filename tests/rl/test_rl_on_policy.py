@@ -42,6 +42,8 @@ STEER_W = np.array([[1.0, 0.8, 0.9, 1.0], [0.85, 1.0, 0.0, 0.0], [0.95, 1.0, 0.8
 Z_TARGET = np.array([0.0, 2.0, -3.0], np.float32)  # GBPO z̃
 TRACE = np.zeros_like(M)
 TRACE[1] = 1.0  # LUFFY: row 1 is an off-policy trace
+HINT = np.zeros_like(M)
+HINT[0, :2] = HINT[1, 0] = 1.0  # ADHint: hint tokens in a row of A > 0 (kept) and of A < 0 (masked)
 
 EXTRAS = {
     "clip_cov": dict(key=jax.random.PRNGKey(0), token_stats=PICK),
@@ -52,6 +54,7 @@ EXTRAS = {
     "gbpo": dict(target_advantages=Z_TARGET),
     "luffy": dict(off_policy_mask=TRACE),
     "rl_plus": dict(off_policy_mask=TRACE),
+    "adhint": dict(off_policy_mask=HINT),
 }
 
 
@@ -85,6 +88,14 @@ def _rl_plus_expected():
     return -A_TOK * np.where(TRACE > 0, np.sqrt(1.0 - p) * p / (0.75 * p + 0.25), 1.0) * W["token-mean"]
 
 
+def _adhint_expected():
+    # hint tokens: d(−A·m·π)/dlogp = −A·m·π, m = 1[π ≥ 0.05]·1[A ≥ 0] (row 0: π = 0.5, 0.25; row 1: A < 0,
+    # masked); the others −A as ppo_clip
+    p = np.exp(LOGP)
+    kept = (p >= 0.05) & (A_TOK >= 0)
+    return -A_TOK * np.where(HINT > 0, kept * p, 1.0) * W["token-mean"]
+
+
 EXPECTED = {  # on-policy dL/dlogp for each loss at its default aggregation
     "ppo_clip": lambda: -A_TOK * W["token-mean"],
     "cispo": lambda: -A_TOK * W["token-mean"],  # IS weight clip(1) = 1
@@ -101,6 +112,7 @@ EXPECTED = {  # on-policy dL/dlogp for each loss at its default aggregation
     "steer": lambda: -A_TOK * STEER_W * W["token-mean"],
     "luffy": _luffy_expected,
     "rl_plus": _rl_plus_expected,
+    "adhint": _adhint_expected,
 }
 
 
