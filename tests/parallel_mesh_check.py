@@ -156,7 +156,7 @@ def main():
     assert np.asarray(ref_hapo.temperatures)[np.asarray(ref_hapo.completion_mask)].std() > 0  # it does adapt
     print("adaptive temperature sampler matches", flush=True)
     # Tree rollouts (EPTree: 2 paths per prompt, each forked once into 2 branches) from the sampler's params on the
-    # disaggregated layout, as `train.rollouts.tree_completions` draws them: the single-device tree.
+    # disaggregated layout, as `train.completions.tree_completions` draws them: the single-device tree.
     shape = sampling_tree.TreeShape(initial_paths=2, branch_points=1, branches=2, iterations=1)
     tree_prompts = tuple(jnp.asarray(x[:4]) for x in prompts)
     ref_tree = jax.device_get(sampling_tree.generate_tree(MODEL, host_state.params, *tree_prompts,

@@ -37,7 +37,7 @@ def test_adhint_rounds_hint_each_problem_at_h_max_times_its_unhinted_failure_rat
     c.rl.num_prompts, c.rl.num_generations = 2, 4
     c.selection.update(hints=True, hint_schedule="adhint", hint_rounds=2, hint_max=0.8)
     selector = prompt_selection.Selector(config_lib.parse(c), None, data_offset=0, pad_id=0, encode=None,
-                                         tokenize=None)
+                                         tokenize=None, decode=None)
     examples = [arithmetic.render_problem([37, 48, 19], ["+", "-"]), arithmetic.render_problem([5, 6, 2], ["+", "+"])]
     calls = []
 

@@ -1,4 +1,4 @@
-"""config.sampling.rows_per_call: an RL step's rollout generated in calls of whole groups (`train.rollouts.
+"""config.sampling.rows_per_call: an RL step's rollout generated in calls of whole groups (`train.completions.
 sample_completions`), every call the same compiled sampler program, equals the rollout of one call: each row draws
 from its own key stream fold_in(key, row index in the whole rollout) (`sampling.generate`'s row_offset)."""
 
@@ -12,6 +12,7 @@ from rl4llm import config as config_lib
 from rl4llm import models
 from rl4llm import sampling
 from rl4llm.train import batches
+from rl4llm.train import completions
 from rl4llm.train import rollouts
 from rl4llm.train import setup as setup_lib
 
@@ -95,5 +96,5 @@ def test_rows_per_call_errors_name_the_field(overrides, message):
 
 def test_rows_per_call_dividing_the_step_parses():
     config = config_lib.parse(nano_config(sampling={"rows_per_call": 4}))
-    assert rollouts.prompts_per_call(config, config.rl.num_prompts) == 2
-    assert rollouts.prompts_per_call(config_lib.parse(nano_config()), 6) == 6
+    assert completions.prompts_per_call(config, config.rl.num_prompts) == 2
+    assert completions.prompts_per_call(config_lib.parse(nano_config()), 6) == 6

@@ -572,7 +572,7 @@ def _tree_errors(config) -> list[str]:
 
 def _rollout_chunk_errors(config) -> list[str]:
     """`sampling.rows_per_call` = R: the sampler takes R / G whole groups per call, the same program every call
-    (`train.rollouts.sample_completions`), so R is a multiple of G that divides the step's rows, and every group
+    (`train.completions.sample_completions`), so R is a multiple of G that divides the step's rows, and every group
     has G rows, sampled single-turn without a tree."""
     r, rl = config.sampling.rows_per_call, config.rl
     if not r:

@@ -41,7 +41,9 @@ def quality_loss(head: dict, features: jax.Array, outcomes: jax.Array, valid: ja
     logits = quality_logits(head, features)
     y, v = outcomes.astype(jnp.float32), valid.astype(jnp.float32)
     n = jnp.maximum(v.sum(), 1.0)
-    bce = jnp.maximum(logits, 0.0) - logits * y + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+    # softplus(l) − l·y, whose gradient σ(l) − y is right at l = 0 too (the initial head's logit; the max / |l| form
+    # of the same value has a kink there whose autodiff subgradients give −y)
+    bce = jax.nn.softplus(logits) - logits * y
     loss = jnp.sum(bce * v) / n
     right = (logits > 0) == (y > 0.5)
     return loss, {"loss": loss, "accuracy": jnp.sum(right * v) / n,

@@ -286,7 +286,7 @@ def generate(model_cfg: ModelConfig, params: Params, prompt_tokens: jax.Array,
     completions of one prompt pays for one prefill instead of G. Token t of row n is drawn with key
     fold_in(fold_in(key, row_offset + n), t) (`row_keys`, `sample_rows`): row_offset (traced: no recompile) is the
     index of this call's first row in the whole rollout, so generating a batch in chunks of rows, each with its
-    offset, gives the rows of one call (`train.rollouts.sample_completions`). The decode loop stops once every row
+    offset, gives the rows of one call (`train.completions.sample_completions`). The decode loop stops once every row
     has emitted a stop token or T tokens exist. entropy_stats: HAPO's
     (median, std, scale_pos, scale_neg) [4] (`rl.entropy.normalized_entropy_stats`), required with sampling_cfg.temperature_tau > 0 (`entropy_temperature`
     sets each token's temperature; Rollout.temperatures records them). Jitted with both configs static: the same

@@ -38,7 +38,7 @@ from rl4llm.train import aot_costs
 from rl4llm.train import learner as learner_lib
 from rl4llm.train import loop
 from rl4llm.train import programs as programs_lib
-from rl4llm.train import rollouts
+from rl4llm.train import completions
 from rl4llm.train import setup as setup_lib
 from rl4llm.train import state as state_lib
 from rl4llm.train.companions import critic as critic_lib
@@ -175,10 +175,10 @@ def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
                      build: Callable = compile_program) -> list[Program]:
     """The sampler's `generate` (prefill + decode loop) on the sampler mesh over the rows of one call (the step's
     N = prompts x G rows, or `sampling.rows_per_call` of them, called N / rows_per_call times per step:
-    `rollouts.sample_completions`), and, when the sampler has its own layout, the learner -> sampler reshard of the
+    `completions.sample_completions`), and, when the sampler has its own layout, the learner -> sampler reshard of the
     weights; each made a Program by `build` (`compile_program`)."""
     model_cfg, mesh = layout.model_cfg, layout.meshes.sampler
-    per_call = rollouts.prompts_per_call(config, config.rl.num_prompts)
+    per_call = completions.prompts_per_call(config, config.rl.num_prompts)
     n, calls = per_call * config.rl.num_generations, config.rl.num_prompts // per_call
     sampling_cfg = sampling.SamplingConfig(
         max_new_tokens=config.sampling.max_new_tokens, temperature=config.sampling.temperature,

@@ -121,9 +121,8 @@ def collect(config, setup: Setup, programs, state, step: int, *, selection=None,
                                    adaptive_temperature.sampler_stats(config, state),
                                    rm_cotraining.params(config, state), quality_head.params(config, state)))
     mask = rollout.completion_mask.astype(jnp.float32)
-    tokens, attention_mask = batches.join_sequences(
-        rollout.prompt_tokens, rollout.prompt_mask, rollout.completion_tokens, rollout.completion_mask
-    )
+    tokens, attention_mask = batches.join_sequences(rollout.prompt_tokens, rollout.prompt_mask,
+                                                    rollout.completion_tokens, rollout.completion_mask)
     data = inputs_lib.StepData(config, setup, programs, state, step, step_key, scores, components, mask, tokens,
                                attention_mask, jnp.asarray(group_ids), behaviour=None, off_policy=off_policy,
                                **layouts)

@@ -1,7 +1,7 @@
 """ARRoL's quality head, trained online beside the policy (`config.pruning`; kernels `rl4llm.rl.pruning`).
 
 The head (w [E], b) and its Adam state live in `TrainState.extras["quality_head"]` (checkpointed and resumed with
-the policy). Each RL step prunes its rollouts with the head as it stands (`train.rollouts.pruned_completions`),
+the policy). Each RL step prunes its rollouts with the head as it stands (`train.completions.pruned_completions`),
 then, before the policy's update, the head takes one step of binary cross-entropy on the kept rollouts' checkpoint
 features and their verifier outcomes (the main reward is 1); the pruned ones were never finished, so they have
 none. Logged: `pruning/head_loss`, `head_accuracy` (q > ½ agrees with the outcome), `head_predicted` (mean q) and
