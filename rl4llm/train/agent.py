@@ -15,7 +15,10 @@ companions, controllers) are the single-turn run's, with the agent's batches, ro
   outcome score `agent.outcome_reward` and per-turn rewards `agent.turn_reward` (weighted sums of the env's
   components), IGPO's teacher-forced ground-truth log-probs when the estimator needs them, advantages by
   registry name (`grpo` = trajectory-level; `mt_grpo`, `igpo`, `gtpo`: turn-level, `rl.multi_turn`), and a
-  LearnerBatch whose completion mask is the loss mask over the whole multi-turn context.
+  LearnerBatch whose completion mask is the loss mask over the whole multi-turn context. With a multi-turn pair
+  loss (`config.preference.loss` = dmpo | sdpo, `train.preference_step`) the batch also carries each episode's
+  return (`episodes.episode_returns`) and group: the learner pairs each task's best and worst episode and the
+  advantages are not read.
   Critics (`bilevel_gae`: RAGEN's turn- then token-level GAE; `gae`: token-level over the whole context, the outcome
   on the last action token, turn rewards unused): the main job's value model (`train.companions.critic`, `config.critic`) reads
   the record, and a CriticBatch of returns on the policy tokens trains it.
@@ -34,6 +37,7 @@ import numpy as np
 
 from rl4llm import envs as envs_lib
 from rl4llm import sampling
+from rl4llm.config import validation as config_lib
 from rl4llm.envs import base as env_base
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rl import registry
@@ -168,6 +172,7 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=
     host = jax.device_get(traj)
     outcome = episodes.weighted(host.outcome, setup.outcome_weights)  # [B]
     turn_rewards = episodes.weighted(host.turn_reward, setup.turn_weights) * host.turn_valid  # [B, K]
+    episode_return = episodes.episode_returns(config, outcome, turn_rewards, host.turn_valid)  # a pair loss's order
     scores, turn_rewards, gate_metrics = episodes.gate_turn_rewards(config, outcome, turn_rewards, host.turn_valid)
     inputs = dict(turn_rewards=jnp.asarray(turn_rewards), turn_id=traj.turn_id, turn_end=traj.turn_end,
                   turn_valid=traj.turn_valid)
@@ -207,6 +212,9 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=
         critic = episodes.critic_batch(traj, inputs["values"], returns)
         host_metrics.update(critic_lib.value_metrics(inputs["values"], returns, mask))
     batch = episodes.learner_batch(traj, advantages, old_logp, over_turn_mask=config.agent.over_turn_mask)
+    if config_lib.uses_pairwise_objective(config):  # DMPO / SDPO: each task's best vs worst episode by return
+        batch = batch.replace(scores=jnp.asarray(episode_return, jnp.float32), group_ids=traj.group_ids)
+        host_metrics["episode_return"] = float(episode_return.mean())
     return step_lib.RolloutBatch(step=step, params_version=step if params_version is None else params_version,
                                  batch=batch, critic_batch=critic, prm_batch=None, current_kl=None,
                                  host_metrics=host_metrics, t_gen=t_gen)

@@ -172,6 +172,15 @@ def branching_metrics(traj: multi_turn.Trajectories, initial_rollouts: int, num_
     return {"arpo/branches": float(branches), "arpo/fresh": float(fresh), "arpo/unstarted": float(unstarted)}
 
 
+def episode_returns(config, outcome: np.ndarray, turn_rewards: np.ndarray, turn_valid: np.ndarray) -> np.ndarray:
+    """Each episode's return R = outcome + Σ_k turn rewards over its turns [B] (the order of a multi-turn pair
+    loss's pairs); with G-RA (`config.agent.gated_rewards`) the turn rewards count only where the outcome reaches
+    `config.agent.reward_gate` (`rl.multi_turn.gated_reward_accumulation`'s return)."""
+    gate = config.agent.reward_gate if config.agent.gated_rewards else -np.inf
+    _, total = turn_kernels.gated_reward_accumulation(outcome, turn_rewards, turn_valid, threshold=gate)
+    return np.asarray(total)
+
+
 def gate_turn_rewards(config, outcome: np.ndarray, turn_rewards: np.ndarray, turn_valid: np.ndarray):
     """(trajectory scores [B], turn rewards [B, K], metrics): G-RA gated reward accumulation when
     `config.agent.gated_rewards` (Sun et al. 2025; `rl.multi_turn.gated_reward_accumulation`, δ =
