@@ -155,6 +155,15 @@ def sft_batch(config, setup: AgentSetup, step: int):
     return jnp.asarray(tokens), jnp.asarray(attention), jnp.asarray(loss[:, 1:])
 
 
+def _old_logprobs(config, setup: AgentSetup, params, traj) -> jax.Array:  # [B, T]
+    """PPO's "old" log-probs of the record's tokens: with several updates per step the rollout policy's, by the
+    learner's program; else the sampler's."""
+    if not several_updates_per_step(config):
+        return traj.behaviour_logp
+    logp, _ = setup.logprob_fn(params, traj.tokens, traj.attention_mask, completion_len=traj.tokens.shape[1] - 1)
+    return jnp.pad(logp, ((0, 0), (1, 0)))
+
+
 def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=None,
             params_version: int | None = None) -> step_lib.RolloutBatch:
     """The learner's inputs of agent RL step `step` (a pure function of the state and step; reads the state).
@@ -172,7 +181,7 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=
     host = jax.device_get(traj)
     outcome = episodes.weighted(host.outcome, setup.outcome_weights)  # [B]
     turn_rewards = episodes.weighted(host.turn_reward, setup.turn_weights) * host.turn_valid  # [B, K]
-    episode_return = episodes.episode_returns(config, outcome, turn_rewards, host.turn_valid)  # a pair loss's order
+    episode_return = episodes.episode_returns(config, outcome, turn_rewards, host.turn_valid)  # DMPO / SDPO's order
     scores, turn_rewards, gate_metrics = episodes.gate_turn_rewards(config, outcome, turn_rewards, host.turn_valid)
     inputs = dict(turn_rewards=jnp.asarray(turn_rewards), turn_id=traj.turn_id, turn_end=traj.turn_end,
                   turn_valid=traj.turn_valid)
@@ -188,10 +197,7 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=
         jnp.asarray(scores), traj.group_ids, mask, name=rl.advantage, num_groups=rl.num_prompts,
         kwargs=tuple(sorted(inputs_lib.advantage_kwargs(config).items())),
         **{k: v for k, v in inputs.items() if k in registry.advantage_inputs(rl.advantage)})
-    old_logp = traj.behaviour_logp
-    if several_updates_per_step(config):  # PPO "old" log-probs of the rollout policy, by the learner
-        logp, _ = setup.logprob_fn(state.params, traj.tokens, traj.attention_mask, completion_len=traj.tokens.shape[1] - 1)
-        old_logp = jnp.pad(logp, ((0, 0), (1, 0)))
+    old_logp = _old_logprobs(config, setup, state.params, traj)
     grouped = outcome.reshape(rl.num_prompts, rl.num_generations)
     host_metrics = {
         **episodes.episode_metrics(episodes.episode_arrays(host)),
@@ -202,6 +208,7 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=
         "turn_reward": float(turn_rewards.sum() / max(host.turn_valid.sum(), 1)),
         "solve_none_frac": float(np.mean(grouped.max(-1) <= 0)),
         "solve_all_frac": float(np.mean(grouped.min(-1) >= 1)),
+        "episode_return": float(episode_return.mean()),
     }
     if setup.branching is not None:
         host_metrics.update(episodes.branching_metrics(host, setup.branching.initial_rollouts, rl.num_prompts))
@@ -211,10 +218,8 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=
     if returns is not None:
         critic = episodes.critic_batch(traj, inputs["values"], returns)
         host_metrics.update(critic_lib.value_metrics(inputs["values"], returns, mask))
-    batch = episodes.learner_batch(traj, advantages, old_logp, over_turn_mask=config.agent.over_turn_mask)
-    if config_lib.uses_pairwise_objective(config):  # DMPO / SDPO: each task's best vs worst episode by return
-        batch = batch.replace(scores=jnp.asarray(episode_return, jnp.float32), group_ids=traj.group_ids)
-        host_metrics["episode_return"] = float(episode_return.mean())
+    batch = episodes.learner_batch(traj, advantages, old_logp, over_turn_mask=config.agent.over_turn_mask,
+                                   pair_scores=episode_return if config_lib.uses_pairwise_objective(config) else None)
     return step_lib.RolloutBatch(step=step, params_version=step if params_version is None else params_version,
                                  batch=batch, critic_batch=critic, prm_batch=None, current_kl=None,
                                  host_metrics=host_metrics, t_gen=t_gen)
