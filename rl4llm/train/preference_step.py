@@ -124,7 +124,7 @@ def pair_loss(cfg: PreferenceSettings, policy_logp, ref_logp, old_logp, rows: Pa
     `segment_turns`, the means of e and k' over its pairs)). Differentiable in `policy_logp`."""
     chosen, rejected, valid = preference.pairs_from_groups(rows.scores, rows.group_ids, num_groups=cfg.num_groups)
     extra = {}
-    if cfg.loss in ("dmpo", "sdpo"):
+    if cfg.loss in config_lib.MULTI_TURN_PAIR_LOSSES:
         pairs = lambda x: (x[chosen], x[rejected])  # noqa: E731
         (pc, pr), (rc, rr), (tc, tr) = pairs(policy_logp), pairs(ref_logp), pairs(rows.turn_id)
         if cfg.loss == "dmpo":
