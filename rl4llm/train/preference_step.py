@@ -1,9 +1,10 @@
 """Pairwise preference objectives as the learner's loss (`config.preference.loss`): online DPO, CPL and P3O on the
 single-turn RL loop's groups, DMPO and SDPO on the agent loop's groups of episodes.
 
-Every RL step samples G completions per prompt (G episodes per task) with the current policy, the verifier's score
-(the episode return, `train.episodes.episode_returns`) picks each group's best and worst (`rl.preference.
-pairs_from_groups`; all-equal groups give no pair), and the update minimises a pair loss over those pairs' log-probs:
+Every RL step samples G completions per prompt (agent runs: G episodes per task) with the current policy, the
+verifier's score (agent runs: the episode return, `train.episodes.episode_returns`) picks each group's best and worst
+(`rl.preference.pairs_from_groups`; all-equal groups give no pair), and the update minimises a pair loss over those
+pairs' log-probs:
 
 - `"dpo"`: online DPO (Guo et al. 2024, "Direct Language Model Alignment from Online AI Feedback"),
   `rl.preference.dpo_loss` on the policy's and the reference policy's (no gradient) summed log-probs. The reference
@@ -53,7 +54,7 @@ class PreferenceSettings:
 
     loss: str  # "dpo" | "cpl" | "p3o" | "dmpo" | "sdpo"; also the prefix of its metrics ("dpo/loss", ...)
     kind: str  # DPO: rl.preference.DPO_KINDS
-    beta: float  # DPO
+    beta: float  # DPO, DMPO, SDPO
     label_smoothing: float  # DPO
     num_groups: int  # the groups of a batch (rl.num_prompts)
     alpha: float = 0.1  # CPL: temperature
