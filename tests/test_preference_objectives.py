@@ -216,6 +216,10 @@ GROUP_IDS = jnp.array([0, 1, 1, 0, 2, 2])
 SCORES = jnp.array([0.0, 1.0, 1.0, 1.0, 2.0, 0.5])
 
 
+def _rows():  # one token per row: its log-prob is the row's sequence log-prob
+    return preference_step.PairRows(mask=jnp.ones((6, 1)), scores=SCORES, group_ids=GROUP_IDS)
+
+
 def _settings(loss, **fields):
     return preference_step.PreferenceSettings(loss, "sigmoid", 0.1, 0.0, 3, **fields)
 
@@ -223,7 +227,7 @@ def _settings(loss, **fields):
 def test_pair_objective_cpl_on_hand_picked_pairs():
     seq = jnp.array([-4.0, -1.0, -1.0, -2.0, -3.0, -6.0])
     cfg = _settings("cpl", alpha=0.5, conservative_bias=0.5)
-    value, (row_loss, m) = preference_step.pair_loss(cfg, seq, None, None, SCORES, GROUP_IDS)
+    value, (row_loss, m) = preference_step.pair_loss(cfg, seq[:, None], None, None, _rows())
     # pairs (3, 0): z = 0.5·0.5·(−4) − 0.5·(−2) = 0; (4, 5): 0.25·(−6) + 1.5 = 0 -> both log 2
     np.testing.assert_allclose(value, LOG2, rtol=1e-6)
     np.testing.assert_allclose(row_loss, [0, 0, 0, LOG2 / 2, LOG2 / 2, 0], rtol=1e-6)
@@ -233,7 +237,7 @@ def test_pair_objective_cpl_on_hand_picked_pairs():
 def test_pair_objective_p3o_reads_old_logprobs_and_reward_difference():
     seq = jnp.log(jnp.array([1.0, 1.0, 1.0, 1.5, 0.5, 1.0]))  # ratios vs old = 0: R(3, 0) = 1.5, R(4, 5) = 0.5
     cfg = _settings("p3o", clip_ratio=0.2, clip_mode="joint", use_old_logp=True)
-    value, (_, m) = preference_step.pair_loss(cfg, seq, None, jnp.zeros(6), SCORES, GROUP_IDS)
+    value, (_, m) = preference_step.pair_loss(cfg, seq[:, None], None, jnp.zeros((6, 1)), _rows())
     # (3, 0): Δ = 1, min(1.5, 1.2) -> −0.6; (4, 5): Δ = 1.5, min(0.75, 1.2) -> −0.375
     np.testing.assert_allclose(value, (-0.6 - 0.375) / 2, rtol=1e-6)
     np.testing.assert_allclose(m["clip_frac"], 0.5)

@@ -336,12 +336,14 @@ def test_every_recipe_file_is_tested():
 
     from tests.test_hf_train import HF_RECIPES  # recipes on a Hugging Face checkpoint are run there
     from tests.test_multi_turn import AGENT_RECIPES  # multi-turn agent recipes are run there
+    from tests.test_multi_turn_preference import AGENT_PREFERENCE_RECIPES  # DMPO / SDPO agent recipes: run there
     from tests.test_relift import RELIFT_RECIPES  # ReLIFT needs groups that all fail: run there
     from tests.test_selection import HINT_RECIPES  # GHPO's hints need groups that all fail: run there
     from tests.test_tasks_train import TASK_RECIPES  # recipes with their own task are run there
 
     files = {p.stem for p in (pathlib.Path(__file__).parents[1] / "configs").glob("*.py")}
     elsewhere = set(TASK_RECIPES) | set(HF_RECIPES) | set(AGENT_RECIPES) | set(RELIFT_RECIPES) | set(HINT_RECIPES)
+    elsewhere |= set(AGENT_PREFERENCE_RECIPES)
     elsewhere |= {"dapo_ladder"}  # rungs: tested below
     assert files - {"__init__", "default"} - elsewhere == set(RECIPES)
 

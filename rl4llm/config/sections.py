@@ -354,7 +354,7 @@ class Teacher:
                                Between(0.0, 100.0))
 
 
-PREFERENCE_LOSSES = ("none", "dpo", "cpl", "p3o")  # rl4llm.train.preference_step
+PREFERENCE_LOSSES = ("none", "dpo", "cpl", "p3o", "dmpo", "sdpo")  # rl4llm.train.preference_step
 
 
 @_section
@@ -363,13 +363,15 @@ class Preference:
     completion by the reward (rl4llm.rl.preference.pairs_from_groups) is a pair, and the pairwise loss replaces
     rl.loss: online DPO against the reference policy (Guo et al. 2024; with rl.ref_reset_every the reference is the
     previous iterate: DNO, DPO-VP), CPL (Hejna et al. 2023, reference-free) or P3O (Wu et al. 2023, clipped pairwise
-    policy gradient on the reward difference)."""
+    policy gradient on the reward difference); in agent runs (agent.env) on each task's episodes, best vs worst by
+    the episode return (outcome + turn rewards): DMPO (Shi et al. 2024, turn-weighted DPO) or SDPO (Kong et al.
+    2025, DPO on a segment of turns from the pair's first divergent turn)."""
 
     loss: str = param("none", "the pair loss on each group's best-vs-worst pair that replaces rl.loss: dpo | cpl | "
-                      "p3o; 'none': off", OneOf(PREFERENCE_LOSSES))
+                      "p3o (single-turn runs), dmpo | sdpo (agent runs); 'none': off", OneOf(PREFERENCE_LOSSES))
     kind: str = param("sigmoid", "DPO variant: sigmoid | cdpo | robust | ipo (rl4llm.rl.preference.dpo_loss)",
                       OneOf(preference_lib.DPO_KINDS))
-    beta: float = param(0.1, "beta of DPO (IPO's tau); TRL's default", Between(0.0, 1e3, low_open=True))
+    beta: float = param(0.1, "beta of DPO (IPO's tau), DMPO and SDPO; TRL's default", Between(0.0, 1e3, low_open=True))
     label_smoothing: float = param(0.0, "epsilon, the label-flip probability of cdpo / robust (and sigmoid); 0: off",
                                    Between(0.0, 0.5))
     alpha: float = param(0.1, "CPL: temperature alpha of a segment's score alpha * sum_k gamma^k log pi (official "
@@ -381,6 +383,10 @@ class Preference:
     clip_ratio: float = param(0.2, "P3O: epsilon of the sequence-ratio clip", Between(0.0, 1.0, low_open=True))
     clip_mode: str = param("joint", "P3O: joint (V2, the pair ratio clipped once) | separate (V1, each response's "
                            "ratio clipped)", OneOf(preference_lib.P3O_CLIP_MODES))
+    turn_discount: float = param(0.7, "DMPO: gamma of the turn weight phi(j, T) = gamma^j (1 - gamma^(T-j)) / "
+                                 "(1 - gamma^T) (official trainer: 0.7)", Between(0.0, 1.0, low_open=True))
+    segment_turns: int = param(2, "SDPO: k, the turns of the segment from the pair's first divergent turn (truncated "
+                               "to the turns both episodes have; the paper's judge picks k per pair)", AtLeast(1))
 
 
 REWARD_WEIGHTING = ("none", "dynamic", "constrained")  # rl4llm.train.companions.reward_weighting

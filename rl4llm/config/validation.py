@@ -676,26 +676,35 @@ def _teacher_errors(config) -> list[str]:
     return errors
 
 
+MULTI_TURN_PAIR_LOSSES = ("dmpo", "sdpo")  # pair losses on agent episodes (their turns); the others: single-turn
+REFERENCE_PAIR_LOSSES = ("dpo", "dmpo", "sdpo")  # pair losses on log-ratios to the reference policy
+
+
 def uses_pairwise_objective(config) -> bool:
-    """Whether a pairwise preference loss (`config.preference.loss`: online DPO, CPL, P3O) replaces `rl.loss`."""
+    """Whether a pairwise preference loss (`config.preference.loss`: online DPO, CPL, P3O, DMPO, SDPO) replaces
+    `rl.loss`."""
     return config.preference.loss != "none"
 
 
 def pair_loss_reads_reference(config) -> bool:
-    """Whether the pair loss reads the reference policy whether or not KL is on: DPO's log-ratios do
-    (`rl.ref_reset_every` then resets the DPO reference); CPL is reference-free and P3O's ratios are to π_old."""
-    return config.preference.loss == "dpo"
+    """Whether the pair loss reads the reference policy whether or not KL is on: DPO's, DMPO's and SDPO's
+    log-ratios do (`rl.ref_reset_every` then resets their reference); CPL is reference-free and P3O's ratios are
+    to π_old."""
+    return config.preference.loss in REFERENCE_PAIR_LOSSES
 
 
 def _preference_errors(config) -> list[str]:
-    """A pairwise objective learns from each group's best-vs-worst pair of sampled single-turn rollouts, in one
-    update over the whole batch (`train.preference_step`): what cannot combine with it, and its kernel's settings
-    (the selected loss traced on a pair: IPO has no label smoothing, robust DPO needs epsilon < 0.5, P3O's clip
-    ratio < 1)."""
+    """A pairwise objective learns from each group's best-vs-worst pair of sampled rollouts (single-turn
+    completions for DPO / CPL / P3O, agent episodes for DMPO / SDPO), in one update over the whole batch
+    (`train.preference_step`): what cannot combine with it, and its kernel's settings (the selected loss traced on
+    a pair: IPO has no label smoothing, robust DPO needs epsilon < 0.5, P3O's clip ratio < 1; DMPO and SDPO are the
+    sigmoid loss)."""
     p, rl = config.preference, config.rl
     if not uses_pairwise_objective(config):
         return []
     field = f"config.preference.loss={p.loss!r}"
+    multi_turn = p.loss in MULTI_TURN_PAIR_LOSSES
+    agent = agent_config.is_agent_config(config)
     conflicts = (  # (field, its value, whether it conflicts, why)
         ("rl.num_minibatches", rl.num_minibatches, rl.num_minibatches > 1, "pairs are formed over the whole "
          "batch's groups, which minibatches would split; set it to 1 (rl.ppo_epochs repeats the update)"),
@@ -709,7 +718,13 @@ def _preference_errors(config) -> list[str]:
          "not chosen by; put the KL in the loss (rl.kl_coef) or rely on preference.beta"),
         ("rl.advantage", rl.advantage, rl.advantage in registry.RETURNS_VALUE_TARGETS or rl.advantage == "prime",
          "trains a critic / PRM whose output the pair loss never reads; use 'grpo'"),
-        ("agent.env", config.agent.env, agent_config.is_agent_config(config), "pairs come from single-turn groups only"),
+        ("agent.env", config.agent.env, agent and not multi_turn, "pairs come from single-turn groups only; "
+         "agent runs take preference.loss='dmpo' or 'sdpo'"),
+        ("agent.env", config.agent.env, multi_turn and not agent, "weighs the turns of agent episodes; set an env "
+         "(single-turn runs take 'dpo', 'cpl' or 'p3o')"),
+        ("preference.kind", p.kind, multi_turn and p.kind != "sigmoid", "is the sigmoid (DPO) loss; use 'sigmoid'"),
+        ("preference.label_smoothing", p.label_smoothing, multi_turn and p.label_smoothing > 0,
+         "has no label smoothing; set it to 0"),
     )
     errors = [f"config.{path}={value!r}: {field} {why}" for path, value, bad, why in conflicts if bad]
     kernels = {  # the selected pair loss, traced on shapes: nothing compiles
@@ -717,6 +732,10 @@ def _preference_errors(config) -> list[str]:
         "cpl": lambda x: (preference.discounted_sequence_logprobs(x[None], x[None], gamma=p.discount),
                           preference.cpl_loss(x, x, alpha=p.alpha, conservative_bias=p.conservative_bias)),
         "p3o": lambda x: preference.p3o_loss(x, x, x, x, x, x, clip_ratio=p.clip_ratio, clip_mode=p.clip_mode),
+        "dmpo": lambda x: preference.dmpo_loss(x[None], x[None], x[None], x[None], x[None].astype(jnp.int32),
+                                               x[None].astype(jnp.int32), beta=p.beta, gamma=p.turn_discount),
+        "sdpo": lambda x: preference.sdpo_segments(x[None].astype(jnp.int32), x[None].astype(jnp.int32),
+                                                   x.astype(jnp.int32), segment_turns=p.segment_turns),
     }
     try:
         jax.eval_shape(kernels[p.loss], jnp.zeros((1,)))

@@ -1,8 +1,9 @@
-"""Preference objectives: the Bradley–Terry reward-model loss, DPO / cDPO / robust DPO / IPO, CPL, P3O, sequence
-log-probs (plain, length-normalised, discounted), and best-vs-worst pairs from a GRPO group. Pair losses are not in
-the registry (a pair loss is not a token loss of its contract): the outcome reward model trains with
-`bradley_terry_loss`, and the learner's pair objectives (`config.preference.loss`, `rl4llm.train.preference_step`)
-run `dpo_loss`, `cpl_loss` or `p3o_loss` on `pairs_from_groups`' pairs.
+"""Preference objectives: the Bradley–Terry reward-model loss, DPO / cDPO / robust DPO / IPO, CPL, P3O, the
+multi-turn DMPO and SDPO, sequence log-probs (plain, length-normalised, discounted), and best-vs-worst pairs from a
+GRPO group. Pair losses are not in the registry (a pair loss is not a token loss of its contract): the outcome reward
+model trains with `bradley_terry_loss`, and the learner's pair objectives (`config.preference.loss`,
+`rl4llm.train.preference_step`) run `dpo_loss`, `cpl_loss` or `p3o_loss` (single-turn groups), `dmpo_loss` or
+`sdpo_loss` (agent episodes) on `pairs_from_groups`' pairs.
 
 Conventions (TRL's where the papers leave a choice; sources: `huggingface/trl` `trl/trainer/dpo_config.py`,
 `docs/source/dpo_trainer.md`, and the `DPOTrainer.dpo_loss` / `RewardTrainer.compute_loss` bodies):
@@ -465,3 +466,83 @@ def dmpo_loss(
     return dpo_loss(weighted(policy_chosen_logp, chosen_turn_id), weighted(policy_rejected_logp, rejected_turn_id),
                     weighted(ref_chosen_logp, chosen_turn_id), weighted(ref_rejected_logp, rejected_turn_id),
                     beta=beta, kind="sigmoid", valid=valid)
+
+
+def first_divergent_turn(
+    chosen_tokens: jax.Array,  # [P, T] the chosen episode's tokens (one record layout for both)
+    rejected_tokens: jax.Array,  # [P, T]
+    chosen_turn_id: jax.Array,  # [P, T] int: turn of each action token, −1 elsewhere
+    rejected_turn_id: jax.Array,  # [P, T]
+) -> jax.Array:  # [P] int32
+    """The first turn e where two episodes of one task part (SDPO's "first erroneous turn", found here without a
+    judge): with p the first position where their tokens differ, e = the lowest turn id of an action token at a
+    position ≥ p in either episode. Both share their context before p, so a divergence inside turn j's action
+    gives j, one in an observation (a stochastic env) the next action's turn. Identical episodes, or a divergence
+    after both episodes' last action, give `jnp.iinfo(int32).max` (no turn: `sdpo_segments` gives no segment)."""
+    differ = jnp.asarray(chosen_tokens) != jnp.asarray(rejected_tokens)
+    width = differ.shape[-1]
+    first = jnp.where(jnp.any(differ, axis=-1), jnp.argmax(differ, axis=-1), width)  # [P]
+    after = jnp.arange(width)[None, :] >= first[:, None]
+    none = jnp.iinfo(jnp.int32).max
+
+    def first_turn_after(turn_id):
+        turn_id = jnp.asarray(turn_id)
+        return jnp.min(jnp.where(after & (turn_id >= 0), turn_id, none), axis=-1, initial=none)
+
+    return jnp.minimum(first_turn_after(chosen_turn_id), first_turn_after(rejected_turn_id)).astype(jnp.int32)
+
+
+def sdpo_segments(
+    chosen_turn_id: jax.Array,  # [P, T] int: turn of each action token, −1 elsewhere
+    rejected_turn_id: jax.Array,  # [P, T']
+    first_turn: jax.Array,  # [P] int: e, the segment's first turn
+    *,
+    segment_turns: int,
+) -> tuple[jax.Array, jax.Array, jax.Array]:  # chosen mask [P, T], rejected mask [P, T'] float32, turns k' [P]
+    """SDPO's equal-length segments (Kong et al. 2025, "SDPO: Segment-Level Direct Preference Optimization for
+    Social Agents", arXiv 2501.01821): the action tokens of turns [e, e + k') of each episode, with
+    k' = min(k, T_c − e, T_r − e) clipped at 0 (T = the episode's turns, max turn id + 1): k = `segment_turns`
+    truncated to the turns both episodes have, so both segments hold the same number of turns (the paper's
+    condition for the partition function to cancel). k' = 0: empty segments (no preference to learn)."""
+    require("segment_turns", segment_turns, segment_turns >= 1, "must be >= 1")
+    chosen_turn_id, rejected_turn_id = jnp.asarray(chosen_turn_id), jnp.asarray(rejected_turn_id)
+    e = jnp.asarray(first_turn).astype(jnp.int32)
+
+    def turns(turn_id):
+        return jnp.max(turn_id, axis=-1, initial=-1) + 1
+
+    k = jnp.clip(jnp.minimum(jnp.minimum(turns(chosen_turn_id), turns(rejected_turn_id)) - e, segment_turns), 0)
+
+    def mask(turn_id):
+        return ((turn_id >= e[:, None]) & (turn_id < (e + k)[:, None])).astype(jnp.float32)
+
+    return mask(chosen_turn_id), mask(rejected_turn_id), k
+
+
+def sdpo_loss(
+    policy_chosen_logp: jax.Array,  # [P, T] per-token log-probs of the chosen episode
+    policy_rejected_logp: jax.Array,  # [P, T'] of the rejected one
+    ref_chosen_logp: jax.Array,  # [P, T]
+    ref_rejected_logp: jax.Array,  # [P, T']
+    chosen_segment: jax.Array,  # [P, T] 1 on the tokens of the chosen segment (`sdpo_segments`)
+    rejected_segment: jax.Array,  # [P, T']
+    *,
+    beta: float = 0.1,
+    valid: Optional[jax.Array] = None,  # [P] bool
+) -> tuple[jax.Array, Metrics]:
+    """SDPO (Kong et al. 2025, arXiv 2501.01821, segment-level DPO): DPO on the log-ratios summed over an
+    equal-length segment of turns of each episode of a pair that shares its history before the segment,
+    `L = −log σ(β·Σ_{t∈seg_c} log(π/π_ref)(y_c,t) − β·Σ_{t∈seg_r} log(π/π_ref)(y_r,t))`: `dpo_loss` (kind "sigmoid")
+    on `sequence_logprobs` over the segment masks. Tokens outside the segments get zero gradient; segments with
+    equal summed log-ratios give log 2. Returns `dpo_loss`'s (losses[P], metrics).
+
+    The paper locates the segment's first turn e with a GPT-4o judge (the first erroneous turn of a negative
+    session), re-samples positive continuations from the shared history and picks the key segment's length k with
+    the judge; its segments come from those re-sampled sessions. The learner (`train.preference_step`) uses what
+    the sampler already produces instead: each group's best-vs-worst episodes by return, e = their first
+    divergent turn (`first_divergent_turn`), k a config field truncated to the turns both have (`sdpo_segments`).
+    """
+    return dpo_loss(sequence_logprobs(policy_chosen_logp, chosen_segment),
+                    sequence_logprobs(policy_rejected_logp, rejected_segment),
+                    sequence_logprobs(ref_chosen_logp, chosen_segment),
+                    sequence_logprobs(ref_rejected_logp, rejected_segment), beta=beta, kind="sigmoid", valid=valid)

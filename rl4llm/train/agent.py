@@ -15,7 +15,10 @@ companions, controllers) are the single-turn run's, with the agent's batches, ro
   outcome score `agent.outcome_reward` and per-turn rewards `agent.turn_reward` (weighted sums of the env's
   components), IGPO's teacher-forced ground-truth log-probs when the estimator needs them, advantages by
   registry name (`grpo` = trajectory-level; `mt_grpo`, `igpo`, `gtpo`: turn-level, `rl.multi_turn`), and a
-  LearnerBatch whose completion mask is the loss mask over the whole multi-turn context.
+  LearnerBatch whose completion mask is the loss mask over the whole multi-turn context. With a multi-turn pair
+  loss (`config.preference.loss` = dmpo | sdpo, `train.preference_step`) the batch also carries each episode's
+  return (`episodes.episode_returns`) and group: the learner pairs each task's best and worst episode and the
+  advantages are not read.
   Critics (`bilevel_gae`: RAGEN's turn- then token-level GAE; `gae`: token-level over the whole context, the outcome
   on the last action token, turn rewards unused): the main job's value model (`train.companions.critic`, `config.critic`) reads
   the record, and a CriticBatch of returns on the policy tokens trains it.
@@ -34,6 +37,7 @@ import numpy as np
 
 from rl4llm import envs as envs_lib
 from rl4llm import sampling
+from rl4llm.config import validation as config_lib
 from rl4llm.envs import base as env_base
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rl import registry
@@ -146,6 +150,15 @@ def sft_batch(config, setup: AgentSetup, step: int):
     return batches.pad_training_sequences(rows, setup.tokenizer.pad_id, setup.mt_cfg.record_bucket)
 
 
+def _old_logprobs(config, setup: AgentSetup, params, traj) -> jax.Array:  # [B, T]
+    """PPO's "old" log-probs of the record's tokens: with several updates per step the rollout policy's, by the
+    learner's program; else the sampler's."""
+    if not several_updates_per_step(config):
+        return traj.behaviour_logp
+    logp, _ = setup.logprob_fn(params, traj.tokens, traj.attention_mask, completion_len=traj.tokens.shape[1] - 1)
+    return jnp.pad(logp, ((0, 0), (1, 0)))
+
+
 def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=None,
             params_version: int | None = None) -> step_lib.RolloutBatch:
     """The learner's inputs of agent RL step `step` (a pure function of the state and step; reads the state).
@@ -163,6 +176,7 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=
     host = jax.device_get(traj)
     outcome = episodes.weighted(host.outcome, setup.outcome_weights)  # [B]
     turn_rewards = episodes.weighted(host.turn_reward, setup.turn_weights) * host.turn_valid  # [B, K]
+    episode_return = episodes.episode_returns(config, outcome, turn_rewards, host.turn_valid)  # DMPO / SDPO's order
     scores, turn_rewards, gate_metrics = episodes.gate_turn_rewards(config, outcome, turn_rewards, host.turn_valid)
     inputs = dict(turn_rewards=jnp.asarray(turn_rewards), turn_id=traj.turn_id, turn_end=traj.turn_end,
                   turn_valid=traj.turn_valid)
@@ -178,10 +192,7 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=
         jnp.asarray(scores), traj.group_ids, mask, name=rl.advantage, num_groups=rl.num_prompts,
         kwargs=tuple(sorted(inputs_lib.advantage_kwargs(config).items())),
         **{k: v for k, v in inputs.items() if k in registry.advantage_inputs(rl.advantage)})
-    old_logp = traj.behaviour_logp
-    if several_updates_per_step(config):  # PPO "old" log-probs of the rollout policy, by the learner
-        logp, _ = setup.logprob_fn(state.params, traj.tokens, traj.attention_mask, completion_len=traj.tokens.shape[1] - 1)
-        old_logp = jnp.pad(logp, ((0, 0), (1, 0)))
+    old_logp = _old_logprobs(config, setup, state.params, traj)
     grouped = outcome.reshape(rl.num_prompts, rl.num_generations)
     host_metrics = {
         **episodes.episode_metrics(episodes.episode_arrays(host)),
@@ -192,6 +203,7 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=
         "turn_reward": float(turn_rewards.sum() / max(host.turn_valid.sum(), 1)),
         "solve_none_frac": float(np.mean(grouped.max(-1) <= 0)),
         "solve_all_frac": float(np.mean(grouped.min(-1) >= 1)),
+        "episode_return": float(episode_return.mean()),
     }
     if setup.branching is not None:
         host_metrics.update(episodes.branching_metrics(host, setup.branching.initial_rollouts, rl.num_prompts))
@@ -201,7 +213,8 @@ def collect(config, setup: AgentSetup, programs, state, step: int, *, selection=
     if returns is not None:
         critic = episodes.critic_batch(traj, inputs["values"], returns)
         host_metrics.update(critic_lib.value_metrics(inputs["values"], returns, mask))
-    batch = episodes.learner_batch(traj, advantages, old_logp, over_turn_mask=config.agent.over_turn_mask)
+    batch = episodes.learner_batch(traj, advantages, old_logp, over_turn_mask=config.agent.over_turn_mask,
+                                   pair_scores=episode_return if config_lib.uses_pairwise_objective(config) else None)
     return step_lib.RolloutBatch(step=step, params_version=step if params_version is None else params_version,
                                  batch=batch, critic_batch=critic, prm_batch=None, current_kl=None,
                                  host_metrics=host_metrics, t_gen=t_gen)

@@ -78,11 +78,13 @@ def ground_truth_logprobs(setup, params, traj: multi_turn.Trajectories, answers:
     return jnp.asarray(out)
 
 
-def learner_batch(traj: multi_turn.Trajectories, advantages, old_logp, *, over_turn_mask: bool = False
-                  ) -> learner_lib.LearnerBatch:
+def learner_batch(traj: multi_turn.Trajectories, advantages, old_logp, *, over_turn_mask: bool = False,
+                  pair_scores=None) -> learner_lib.LearnerBatch:
     """The learner's view of a trajectory record: the whole context is the sequence and every token after the
     first is a "completion" position, with completion_mask = loss_mask (policy tokens only: prompt,
-    observations and padding get no loss, KL or entropy) and the record's turn ids (EPO reads them).
+    observations and padding get no loss, KL or entropy) and the record's turn ids (EPO, DMPO and SDPO read them).
+    `pair_scores` [B] (a multi-turn pair loss: the episodes' returns) become the batch's scores, with the record's
+    groups: the learner pairs each group's best and worst episode by them.
 
     With `over_turn_mask` (Mini-o3, `rl.multi_turn.over_turn_mask`), the rows of the trajectories cut by the turn
     cap or the context limit (`over_turn | truncated`) get completion mask 0: no loss, KL or entropy, and the
@@ -101,6 +103,8 @@ def learner_batch(traj: multi_turn.Trajectories, advantages, old_logp, *, over_t
         old_logp=jnp.asarray(old_logp)[:, 1:],
         sampler_logp=traj.behaviour_logp[:, 1:],
         turn_id=traj.turn_id[:, 1:],
+        scores=None if pair_scores is None else jnp.asarray(pair_scores, jnp.float32),
+        group_ids=None if pair_scores is None else traj.group_ids,
     )
 
 
@@ -170,6 +174,15 @@ def branching_metrics(traj: multi_turn.Trajectories, initial_rollouts: int, num_
     unstarted = int((traj.num_turns == 0).sum())
     fresh = traj.parent_id.shape[0] - initial_rollouts * num_groups - branches - unstarted
     return {"arpo/branches": float(branches), "arpo/fresh": float(fresh), "arpo/unstarted": float(unstarted)}
+
+
+def episode_returns(config, outcome: np.ndarray, turn_rewards: np.ndarray, turn_valid: np.ndarray) -> np.ndarray:
+    """Each episode's return R = outcome + Σ_k turn rewards over its turns [B] (the order of a multi-turn pair
+    loss's pairs); with G-RA (`config.agent.gated_rewards`) the turn rewards count only where the outcome reaches
+    `config.agent.reward_gate` (`rl.multi_turn.gated_reward_accumulation`'s return)."""
+    gate = config.agent.reward_gate if config.agent.gated_rewards else -np.inf
+    _, total = turn_kernels.gated_reward_accumulation(outcome, turn_rewards, turn_valid, threshold=gate)
+    return np.asarray(total)
 
 
 def gate_turn_rewards(config, outcome: np.ndarray, turn_rewards: np.ndarray, turn_valid: np.ndarray):

@@ -201,7 +201,7 @@ def _microbatch_loss(
     old_logp = mb.old_logp if cfg.use_old_logp else jax.lax.stop_gradient(logp)
     is_weights = token_weights.policy_is_weights(cfg, old_logp, mb)
     if cfg.preference:  # `token_stats`: the rows' PairTerms; the pair loss's metrics are whole-minibatch ones
-        loss, loss_metrics = preference_step.surrogate_loss(cfg.preference, logp, mb.completion_mask, token_stats), {}
+        loss, loss_metrics = preference_step.surrogate_loss(logp, token_stats), {}
     else:
         extras = {name: getattr(mb, name) for name in _OPTIONAL_LOSS_INPUTS if getattr(mb, name) is not None}
         extras.update({} if token_stats is None else {"token_stats": token_stats})
