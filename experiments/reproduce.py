@@ -226,6 +226,19 @@ STUDIES = {
                              "selection/exit_resumed_reward", "selection/exit_history_chars"),
         description="ExIt (partial histories replayed by learnability) vs GRPO on the main job's task and warm start",
     ),
+    # Issue 23's ARRoL (configs/arrol.py): each group the balanced half of twice the rollouts, pruned after 8 tokens by
+    # a quality head learnt online, vs the main job's GRPO (the online_dpo study's arm), from the main job's warm start.
+    "pruning": Study(
+        arms={"grpo": _recipe("default"), "arrol": _recipe("arrol")},
+        seeds=(0, 1, 2),
+        rl_steps=100,
+        eval_every=25,
+        keys=_COMMON_KEYS + ("generated_tokens", "time/gen_s", "time/learn_s", "pruning/sampled_rows",
+                             "pruning/kept_rows", "pruning/stopped_at_checkpoint", "pruning/kept_quality",
+                             "pruning/dropped_quality", "pruning/decoded_tokens", "pruning/head_loss",
+                             "pruning/head_accuracy", "pruning/head_predicted", "pruning/head_outcome"),
+        description="ARRoL (online rollout pruning by a learnt quality head) vs GRPO on the main job's task",
+    ),
     # Issue 22's "FAPO's flawed-positive rate before/after": the main job's RL stage with the exact step judge watching
     # (penalty 0) vs FAPO's penalty on flawed positives (configs/fapo.py) and PROF's filter of 16 from 32 rollouts
     # (configs/prof.py), and PROF's balancing alone (the same counts kept in sampled order: its process score's share),
