@@ -345,7 +345,7 @@ def test_config_errors_name_the_field():
 
 def test_tree_metrics_report_the_entropy_at_the_fork_points():
     """The hand tree's branches fork row 0 at 2 (twice) and row 2 at 3: fork entropy = (H[0,2]·2 + H[2,3])/3."""
-    from rl4llm.train.rollouts import tree_metrics
+    from rl4llm.train.completions import tree_metrics
 
     entropy = np.arange(20, dtype=np.float32).reshape(5, 4) / 10
     tokens = np.zeros((5, 4), np.int32)
