@@ -17,7 +17,9 @@ def get_config():
         python -m experiments.train --config=configs/arrol.py --workdir=/tmp/rl4llm/arrol
     Logged per step: pruning/sampled_rows, kept_rows, stopped_at_checkpoint, kept_quality / dropped_quality (the
     head's mean prediction on each side), decoded_tokens, and the head's training: pruning/head_loss, head_accuracy,
-    head_predicted, head_outcome, head_grad_norm. Not yet measured at length: no result is claimed for this recipe.
+    head_predicted, head_outcome, head_grad_norm. Measured (`--study=pruning`, 3 seeds, 100 steps from the main job's
+    warm start): greedy 0.793 +- 0.014 against GRPO's 0.784 +- 0.011; the head stayed at chance, so the kept halves
+    were random, and the step decoded 33 % more tokens than GRPO's (notebooks/08_exit_and_pruning.ipynb).
     """
     c = default.get_config()
     c.pruning.enabled = True

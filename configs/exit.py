@@ -18,8 +18,9 @@ def get_config():
     Run:
         python -m experiments.train --config=configs/exit.py --workdir=/tmp/rl4llm/exit
     Logged per step: selection/exit_resumed_groups, exit_new_instances, exit_buffer_size, exit_buffer_priority,
-    and exit_resumed_reward / exit_history_chars when groups were resumed. Not yet measured at length: no result is
-    claimed for this recipe.
+    and exit_resumed_reward / exit_history_chars when groups were resumed. Measured (`--study=exit`, 3 seeds, 100
+    steps from the main job's warm start): greedy 0.693 +- 0.014 against GRPO's 0.784 +- 0.011, behind at every
+    evaluation (notebooks/08_exit_and_pruning.ipynb).
     """
     c = default.get_config()
     c.selection.method = "exit"
