@@ -148,3 +148,48 @@ def test_pruning_config_errors():
         setattr(getattr(c, section), field, value)
         with pytest.raises(config_lib.ConfigError, match=f"config.{section}.{field}={value!r}: ARRoL"):
             config_lib.parse(c)
+
+
+def test_the_offline_probe_by_hand():
+    """`analysis.quality_probe`: within-group AUC counts a group's (success, failure) pairs (ties ½), across groups
+    only within each; the logistic probe separates a linearly separable set; group centring by hand."""
+    from rl4llm.analysis import quality_probe
+
+    scores = np.array([0.9, 0.1, 0.5, 0.5, 0.2, 0.8])
+    labels = np.array([1, 0, 1, 0, 1, 0])
+    groups = np.array([0, 0, 1, 1, 2, 2])
+    assert quality_probe.within_group_auc(scores, labels, groups) == pytest.approx((1 + 0.5 + 0) / 3)
+    assert np.isnan(quality_probe.within_group_auc(scores[:2], np.ones(2), groups[:2]))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 3))
+    y = (x[:, 0] - 0.5 * x[:, 2] > 0).astype(float)
+    predict, w, _ = quality_probe.fit_logistic(x, y)
+    assert np.mean((predict(x) > 0.5) == (y > 0.5)) > 0.95 and w[0] > 0 > w[2]
+    np.testing.assert_allclose(quality_probe.group_centred(np.array([[1.0, 2.0], [3.0, 6.0], [5.0, 5.0]]),
+                                                           np.array([0, 0, 1])), [[-1, -2], [1, 2], [0, 0]])
+
+
+def test_the_probe_binary_on_a_tiny_run(tmp_path):
+    """`experiments/pruning_probe.py` on a run's SFT checkpoint: one record per k, rates in [0, 1]."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests import subprocess_env
+
+    c = tiny_config()
+    c.rl.steps = 0
+    job.run(c, str(tmp_path / "run"))
+    out = tmp_path / "probe.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.pruning_probe", f"--workdir={tmp_path / 'run'}", "--prompts=8",
+         "--generations=4", "--k=2,4", f"--out={out}"],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env=subprocess_env.default_xla_flags(),
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["k"] for r in records] == [2, 4] and all(r["rollouts"] == 32 and r["stage"] == "sft" for r in records)
+    for r in records:
+        for key in ("success_rate", "test_accuracy", "test_majority"):
+            assert 0.0 <= r[key] <= 1.0, key
