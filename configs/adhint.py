@@ -30,7 +30,8 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/adhint.py --workdir=/tmp/rl4llm/adhint
-    Result: not yet run at scale.
+    Measured (`--study=guidance_guide --arms=adhint`, 6-7-operand chains from the 4-operand warm start, 3 seeds, 40
+    steps): pass@16 0.174 +- 0.019, level with GRPO's 0.173 +- 0.023 (notebooks/05_guidance.ipynb).
     """
     c = default.get_config()
     c.rl.advantage = "adhint"
