@@ -17,7 +17,6 @@ from rl4llm import sampling
 from rl4llm.config import validation as config_lib
 from rl4llm.rl import pruning as pruning_lib
 from rl4llm.sampling import tree as sampling_tree
-from rl4llm.train import batches
 from rl4llm.train.setup import Setup
 
 # The stream of the generation key that decodes ARRoL's kept rollouts after the checkpoint (config.pruning).
@@ -93,15 +92,16 @@ def pruned_completions(config, setup: Setup, params, prompt_tokens, prompt_mask,
     sampled_counts = counts * pr.oversample
     first = sample_completions(config, setup, params, prompt_tokens, prompt_mask, sampled_counts, key,
                                dataclasses.replace(setup.rollout_cfg, max_new_tokens=pr.checkpoint_tokens))
-    prompt_of = np.repeat(np.arange(len(counts)), sampled_counts)
-    tokens, mask = batches.join_sequences(prompt_tokens[prompt_of], prompt_mask[prompt_of],
-                                          first["completion_tokens"], first["completion_mask"])
+    prompt_of = np.repeat(np.arange(len(counts)), sampled_counts)  # host arrays: one transfer in, one out
+    tokens = np.concatenate([prompt_tokens[prompt_of], first["completion_tokens"]], axis=1).astype(np.int32)
+    mask = np.concatenate([prompt_mask[prompt_of], first["completion_mask"]], axis=1).astype(np.int32)
     features = np.asarray(jax.device_get(checkpoint_features(setup.model_cfg, params, tokens, mask)))
-    quality = np.asarray(jax.nn.sigmoid(pruning_lib.quality_logits(quality_head, jnp.asarray(features))))
+    logits = pruning_lib.quality_logits(jax.device_get(quality_head), features)  # the small head, on the host
+    quality = 1.0 / (1.0 + np.exp(-logits))
     starts = np.concatenate([[0], np.cumsum(sampled_counts)[:-1]])
     kept = np.concatenate([start + pruning_lib.balanced_keep(quality[start:start + n][None], int(c), pr.target)[0]
                            for start, n, c in zip(starts, sampled_counts, counts)])
-    rest = sample_completions(config, setup, params, np.asarray(tokens)[kept], np.asarray(mask)[kept].astype(bool),
+    rest = sample_completions(config, setup, params, tokens[kept], mask[kept].astype(bool),
                               np.ones(kept.size, int), jax.random.fold_in(key, _PRUNED_CONTINUATION_STREAM),
                               dataclasses.replace(setup.rollout_cfg, max_new_tokens=budget - pr.checkpoint_tokens))
     stopped = first["finished"][kept]  # decoded to their stop token already: the continuation is not theirs
