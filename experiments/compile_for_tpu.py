@@ -15,8 +15,11 @@ the RL step's roofline estimate, the MFU it allows and the verdict. `--json_out`
 
     python -m experiments.compile_for_tpu --config=configs/scale/qwen2_5_7b_grpo_gsm8k.py --topology=v5p:2x4x4 --plan
 
-searches the layouts (mesh data x fsdp x tensor, remat full / dots, micro-batch size): ranks all of them by their
-roofline step time (analytic, no compile), compiles them fastest first and reports the first that fits.
+searches the layouts in two stages: the learner's (mesh data x fsdp x tensor, remat full / dots, micro-batch size),
+then the sampler's (the learner's mesh, or a colocated data x fsdp x tensor layout of the same chips holding its own
+compute-dtype copy of the weights); each stage ranks its candidates by their roofline time (analytic, no compile),
+compiles them fastest first and keeps the first that fits with the run's state held beside it.
+`--programs=sampler` compiles only one part.
 """
 
 import dataclasses
@@ -40,7 +43,10 @@ _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 0, "Prompt tokens per row; 0: c
 _JSON_OUT = flags.DEFINE_string("json_out", "", "Also write the report as JSON to this path.")
 _PLAN = flags.DEFINE_bool("plan", False, "Search mesh (data x fsdp x tensor), remat and micro-batch size: rank every "
                           "layout by its roofline step time, compile them fastest first, report the first that fits.")
-_PLAN_COMPILES = flags.DEFINE_integer("plan_compiles", 4, "--plan: most layouts compiled before giving up.")
+_PLAN_COMPILES = flags.DEFINE_integer("plan_compiles", 4, "--plan: most layouts of each part compiled before giving "
+                                      "up.")
+_PROGRAMS = flags.DEFINE_multi_enum("programs", ["learner", "sampler"], ["learner", "sampler"],
+                                    "Which part's programs to compile (the report and verdict cover those).")
 
 GIB = 2**30
 
@@ -67,9 +73,9 @@ def report(config, topology: str, programs, chip, devices: int) -> dict:
                        bound=ph.bound(chip, devices)) for ph in p.phases]
         memory = {} if p.memory is None else {f"{k}_gib": v / GIB for k, v in dataclasses.asdict(p.memory).items()}
         rows.append(dict(name=p.name, calls_per_step=p.calls_per_step, compile_s=p.compile_s,
-                         xla_tflop_per_device=p.xla_flops / 1e12, error=p.error,
-                         fits=p.fits and tpu.fits(p.memory, chip), **memory,
-                         peak_gib=None if p.memory is None else p.memory.peak / GIB, phases=phases))
+                         xla_tflop_per_device=p.xla_flops / 1e12, error=p.error, fits=p.fits_chip(chip), **memory,
+                         peak_gib=None if p.memory is None else p.memory.peak / GIB, held_gib=p.resident / GIB,
+                         peak_with_state_gib=None if p.memory is None else p.peak_with_state / GIB, phases=phases))
     return dict(topology=topology, accelerator_type=tpu.accelerator_type(topology), devices=devices,
                 chip=dataclasses.asdict(chip), mesh=[config.mesh.data, config.mesh.fsdp, config.mesh.tensor],
                 programs=rows, fits=all(r["fits"] for r in rows), step_roofline_s=seconds,
@@ -86,49 +92,75 @@ def print_report(r: dict, model_cfg, params: float) -> None:
     print(f"model: {params / 1e9:.2f}B params, {model_cfg.num_layers} layers, param dtype {model_cfg.param_dtype}, "
           f"compute {model_cfg.dtype}, remat {model_cfg.remat}")
     head = (f"{'program':28s} {'calls':>5s} {'args':>7s} {'out':>7s} {'alias':>7s} {'temp':>7s} {'peak':>7s} "
-            f"{'fits':>5s} {'compile':>8s} {'XLA TF':>8s}")
-    print(head + "   (GiB per device; compile s on this machine; XLA TFLOP per device, loop bodies once)")
+            f"{'+held':>7s} {'total':>7s} {'fits':>5s} {'compile':>8s} {'XLA TF':>8s}")
+    print(head + "   (GiB per device; +held: the run's state beside the program, not among its arguments; compile s "
+                 "on this machine; XLA TFLOP per device, loop bodies once)")
     for p in r["programs"]:
         if p["error"]:
             print(f"{p['name']:28s} {p['calls_per_step']:5d}   refused by the TPU compiler after "
                   f"{p['compile_s']:.0f} s: {p['error']}")
         else:
             print(f"{p['name']:28s} {p['calls_per_step']:5d} {p['arguments_gib']:7.2f} {p['outputs_gib']:7.2f} "
-                  f"{p['aliased_gib']:7.2f} {p['temporaries_gib']:7.2f} {p['peak_gib']:7.2f} "
-                  f"{'yes' if p['fits'] else 'NO':>5s} {p['compile_s']:8.1f} {p['xla_tflop_per_device']:8.3f}")
+                  f"{p['aliased_gib']:7.2f} {p['temporaries_gib']:7.2f} {p['peak_gib']:7.2f} {p['held_gib']:7.2f} "
+                  f"{p['peak_with_state_gib']:7.2f} {'yes' if p['fits'] else 'NO':>5s} {p['compile_s']:8.1f} "
+                  f"{p['xla_tflop_per_device']:8.3f}")
         for ph in p["phases"]:
             print(f"    {ph['name']:24s} model {ph['model_tflop']:10.4g} TFLOP  executed {ph['tflop']:10.4g} TFLOP  "
                   f"HBM {ph['hbm_gb_per_chip']:9.2f} GB/chip  roofline {ph['roofline_ms']:10.4g} ms ({ph['bound']})")
     print(f"RL step (each program x its calls): {r['step_model_tflop']:.0f} model TFLOP, roofline >= "
           f"{r['step_roofline_s']:.2f} s, MFU <= {100 * r['mfu_bound']:.1f}%; compiled in {r['compile_s']:.0f} s")
-    peaks = [p["peak_gib"] for p in r["programs"] if p["peak_gib"] is not None]
+    peaks = [p["peak_with_state_gib"] for p in r["programs"] if p["peak_with_state_gib"] is not None]
     print("verdict: " + ("fits" if r["fits"] else "does NOT fit") + f" on {r['accelerator_type']} "
-          f"(largest compiled peak {max(peaks, default=0):.2f} GiB of {chip['hbm_bytes'] / GIB:.1f} GiB per device)")
+          f"(largest compiled peak with the state held beside it {max(peaks, default=0):.2f} GiB of "
+          f"{chip['hbm_bytes'] / GIB:.1f} GiB per device)")
 
 
-def plan(config, topology: str, devices, chip, prompt_len: int, model_cfg):
-    """The fastest-by-roofline layout that fits: every candidate (`aot.plan_candidates`) ranked by its analytic step
-    time, then compiled in that order until one fits (at most --plan_compiles). -> (config, programs) or None."""
+def search(config, part: str, candidates, with_candidate, devices, chip, prompt_len: int):
+    """The fastest-by-roofline candidate layout of one part ("learner" or "sampler") whose programs fit:
+    `candidates` ranked by the analytic time of that part's programs per step, then compiled in that order until
+    one fits with the state held beside it (at most --plan_compiles). -> (config, programs) or None."""
     from rl4llm.train import aot
 
     ranked = []
-    for candidate in aot.plan_candidates(config, len(devices), model_cfg):
-        seconds, _ = aot.step_estimate(aot.compile_run(aot.with_layout(config, candidate), devices, prompt_len,
-                                                       compile=False), chip, len(devices))
+    for candidate in candidates:
+        trial = with_candidate(config, candidate)
+        seconds, _ = aot.step_estimate(aot.compile_run(trial, devices, prompt_len, compile=False, parts=(part,)),
+                                       chip, len(devices))
         ranked.append((seconds, candidate))
     ranked.sort(key=lambda x: x[0])
-    print(f"{len(ranked)} layouts on {topology}; fastest by roofline first:")
+    print(f"{len(ranked)} {part} layouts; fastest by roofline first:")
     for seconds, candidate in ranked[:10]:
         print(f"  {seconds:9.2f} s  {candidate}")
     for seconds, candidate in ranked[:_PLAN_COMPILES.value]:
-        trial = aot.with_layout(config, candidate)
-        programs = aot.compile_run(trial, devices, prompt_len)
-        peak = max((p.memory.peak for p in programs if p.memory is not None), default=0)
-        ok = all(p.fits for p in programs) and peak <= chip.hbm_bytes
-        print(f"compiled {candidate}: {'fits' if ok else 'does not fit'} (largest peak {peak / GIB:.2f} GiB)")
+        trial = with_candidate(config, candidate)
+        programs = aot.compile_run(trial, devices, prompt_len, parts=(part,))
+        ok = all(p.fits_chip(chip) for p in programs)
+        peak = max((p.peak_with_state for p in programs if p.memory is not None), default=0)
+        print(f"compiled {part} {candidate}: {'fits' if ok else 'does not fit'} (largest peak with the state "
+              f"{peak / GIB:.2f} GiB)", flush=True)
         if ok:
             return trial, programs
     return None
+
+
+def plan(config, devices, chip, prompt_len: int, model_cfg):
+    """The fastest-by-roofline layout that fits, searched in two stages (the learner's programs depend only on its
+    mesh, remat and micro-batch; the sampler's only on its own layout and the state held beside it): first the
+    learner's (`aot.plan_candidates`), then, with it, the sampler's (`aot.sampler_candidates`: the learner's mesh
+    itself or a colocated layout). -> (config, programs) or None."""
+    from rl4llm.train import aot
+
+    learner = search(config, "learner", aot.plan_candidates(config, len(devices), model_cfg), aot.with_layout,
+                     devices, chip, prompt_len)
+    if learner is None:
+        return None
+    config, learner_programs = learner
+    sampler = search(config, "sampler", aot.sampler_candidates(config, len(devices), model_cfg),
+                     aot.with_sampler_layout, devices, chip, prompt_len)
+    if sampler is None:
+        return None
+    config, sampler_programs = sampler
+    return config, learner_programs + sampler_programs
 
 
 def main(argv):
@@ -153,14 +185,18 @@ def main(argv):
                                                                              jax.random.key(0))))
     prompt_len = _PROMPT_LEN.value or config.sampling.prompt_bucket
     if _PLAN.value:
-        found = plan(config, _TOPOLOGY.value, devices, chip, prompt_len, model_cfg)
+        found = plan(config, devices, chip, prompt_len, model_cfg)
         if found is None:
-            sys.exit(f"no layout of the {_PLAN_COMPILES.value} fastest fits {_TOPOLOGY.value}")
+            sys.exit(f"no layout of the {_PLAN_COMPILES.value} fastest (learner, then sampler) fits {_TOPOLOGY.value}")
         config, programs = found
-        print(f"best layout: --mesh={config.mesh.data},{config.mesh.fsdp},{config.mesh.tensor} "
-              f"--config.model.remat={config.model.remat} --config.rl.micro_batch_size={config.rl.micro_batch_size}")
+        m = config.mesh
+        sampler = "" if m.sampler == "shared" else (
+            f" --config.mesh.sampler=colocated --config.mesh.sampler_data={m.sampler_data} "
+            f"--config.mesh.sampler_fsdp={m.sampler_fsdp} --config.mesh.sampler_tensor={m.sampler_tensor}")
+        print(f"best layout: --mesh={m.data},{m.fsdp},{m.tensor} --config.model.remat={config.model.remat} "
+              f"--config.rl.micro_batch_size={config.rl.micro_batch_size}{sampler}")
     else:
-        programs = aot.compile_run(config, devices, prompt_len)
+        programs = aot.compile_run(config, devices, prompt_len, parts=tuple(_PROGRAMS.value))
     r = report(config, _TOPOLOGY.value, programs, chip, len(devices))
     print_report(r, model_cfg, params)
     if _JSON_OUT.value:

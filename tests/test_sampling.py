@@ -476,3 +476,30 @@ def test_generate_with_hapo_temperature_reports_each_tokens_temperature_and_log_
         generate(CFG, params(), tokens, mask, jax.random.key(8), cfg)
     with pytest.raises(ValueError, match="temperature_tau"):
         SamplingConfig(max_new_tokens=4, temperature=0.0, temperature_tau=0.1)
+
+
+def test_sampler_weights_in_the_compute_dtype_draw_the_same_tokens():
+    """The copy a colocated / disaggregated sampler holds (`parallel.layout.sampler_weights`): every matrix (qkv
+    biases of shape [heads, head_dim] too) in the bfloat16 compute dtype, norm scales as they are. The decoder casts
+    each matrix where it reads it, so the sampler draws the same tokens with the same log-probs as from the float32
+    params, from half their matrix bytes."""
+    from rl4llm.parallel.layout import sampler_weights
+
+    cfg = dataclasses.replace(CFG, dtype="bfloat16", qkv_bias=True, tie_embeddings=False)
+    flat, unravel = ravel_pytree(init_params(cfg, jax.random.key(0)))
+    weights = unravel(flat + 0.5 * jax.random.normal(jax.random.key(1), flat.shape))
+    copy = sampler_weights(weights, cfg)
+    leaves = jax.tree_util.tree_leaves_with_path(copy)
+    assert {x.dtype for _, x in leaves if x.ndim >= 2} == {jnp.dtype(jnp.bfloat16)}
+    scales = [x for p, x in leaves if x.ndim == 1]
+    assert scales and all(x.dtype == jnp.float32 for x in scales)  # RMSNorm scales (read in float32) untouched
+    assert any("bias" in jax.tree_util.keystr(p) and x.dtype == jnp.bfloat16 for p, x in leaves)
+    matrices = lambda tree: sum(x.nbytes for x in jax.tree.leaves(tree) if x.ndim >= 2)  # noqa: E731
+    assert 2 * matrices(copy) == matrices(weights)
+    tokens, mask = prompts()
+    sampling = SamplingConfig(max_new_tokens=T, temperature=1.0)
+    a = generate(cfg, weights, tokens, mask, jax.random.key(3), sampling)
+    b = generate(cfg, copy, tokens, mask, jax.random.key(3), sampling)
+    np.testing.assert_array_equal(a.completion_tokens, b.completion_tokens)
+    np.testing.assert_array_equal(a.logprobs, b.logprobs)
+    assert len(np.unique(np.asarray(a.completion_tokens))) > 5  # a real draw, not one repeated token

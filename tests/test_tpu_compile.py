@@ -135,3 +135,51 @@ def test_chunked_sampler_compiles_at_the_chunk_shape():
     assert decode == flops_lib.decode_flops(models.get_config("tiny"), ROWS // 2, PROMPT_LEN, NEW_TOKENS)
     assert 2 * decode == pytest.approx({ph.name: ph.flops for ph in whole["sampler.generate"].phases}["decode"])
     assert chunked["learner.step"].calls_per_step == whole["learner.step"].calls_per_step == 1  # the learner as before
+
+
+def test_colocated_sampler_holds_a_compute_dtype_copy_beside_the_state():
+    """A colocated tensor-parallel sampler (1, 1, 4) beside an FSDP learner (1, 4, 1), bfloat16 compute: the
+    sampler's weights are its own copy with the matrices in bfloat16 (half the float32 bytes), split over the tensor
+    axis; the reshard program writes that copy; the learner's whole state stays in HBM beside the sampler and is
+    counted against the chip (`Program.resident`), as the state but its params is beside the behaviour pass."""
+    config = small_run("tiny", (1, 4, 1)).replace(
+        model={"dtype": "bfloat16"}, mesh={"sampler": "colocated", "sampler_data": 1, "sampler_fsdp": 1,
+                                          "sampler_tensor": 4})
+    devices = tpu.topology_devices("v5e:2x2")
+    programs = {p.name: p for p in aot.compile_run(config, devices, PROMPT_LEN, parts=("sampler",))}
+    assert set(programs) == {"sampler.generate", "weights.learner_to_sampler"}
+    n, cfg = num_params("tiny"), models.get_config("tiny")
+    vectors = cfg.num_layers * 2 * cfg.hidden_size + cfg.hidden_size  # RMSNorm scales, float32, replicated
+    sampler = programs["sampler.generate"]
+    weights = 2 * (n - vectors) / 4 + 4 * vectors
+    assert weights <= sampler.memory.arguments <= PADDING * weights + 2 * ROWS * PROMPT_LEN * 4
+    state = STATE_BYTES_PER_PARAM * n / 4  # float32 params, Adam's moments, KL reference: FSDP over 4
+    assert state <= sampler.resident <= PADDING * state
+    assert sampler.peak_with_state == sampler.memory.peak + sampler.resident
+    assert sampler.fits_chip(tpu.CHIPS["v5e"])
+    reshard = programs["weights.learner_to_sampler"]
+    assert weights <= reshard.memory.outputs <= PADDING * weights
+    assert reshard.resident == pytest.approx(sampler.resident - 4 * n / 4, rel=0.2)  # the state but its params
+    # The roofline: decoding streams the bfloat16 copy split over 4 chips, a quarter of the shared FSDP sampler's
+    # float32 weights (each FSDP chip streams every weight, gathered)
+    shared = {p.name: p for p in aot.compile_run(small_run("tiny", (1, 4, 1)).replace(model={"dtype": "bfloat16"}),
+                                                 devices, PROMPT_LEN, compile=False, parts=("sampler",))}
+    prefill = lambda p: {ph.name: ph for ph in p.phases}["prefill"].hbm_bytes_per_chip  # noqa: E731
+    assert prefill(shared["sampler.generate"]) == pytest.approx(8 * prefill(sampler))
+
+
+def test_planner_searches_sampler_layouts_after_the_learners():
+    """The sampler's candidates: the learner's own mesh, or any colocated layout of the same chips whose tensor size
+    divides the heads; the roofline ranks the tensor-parallel copy first (it streams the fewest bytes per token)."""
+    config = small_run("tiny", (1, 4, 1)).replace(model={"dtype": "bfloat16"})
+    candidates = aot.sampler_candidates(config, 4, models.get_config("tiny"))
+    assert candidates[0] == {"sampler": "shared"}
+    assert {c["sampler_mesh"] for c in candidates[1:]} == {
+        (1, 4, 1), (2, 2, 1), (4, 1, 1), (1, 2, 2), (2, 1, 2), (1, 1, 4)}
+    devices, chip = tpu.topology_devices("v5e:2x2"), tpu.CHIPS["v5e"]
+    seconds = {str(c): aot.step_estimate(aot.compile_run(aot.with_sampler_layout(config, c), devices, PROMPT_LEN,
+                                                         compile=False, parts=("sampler",)), chip, 4)[0]
+               for c in candidates}
+    assert min(seconds, key=seconds.get) == str({"sampler": "colocated", "sampler_mesh": (1, 1, 4)})
+    with pytest.raises(ValueError, match="parts"):
+        aot.compile_run(config, devices, PROMPT_LEN, compile=False, parts=("critic",))

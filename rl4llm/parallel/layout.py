@@ -3,7 +3,8 @@ weights and prompts on the sampler mesh (`mesh.Meshes`), by the logical-axis rul
 
 `Layout.generate` runs the sampler on the sampler mesh: the prompts' rows split over its batch axes, the
 weights resharded to the sampler's param shardings (`sampler_params`: the same arrays when the placement is
-"shared"; a `jax.device_put` reshard for "colocated" / "disaggregated", once per update), and the rollout
+"shared"; for "colocated" / "disaggregated" a copy whose matrices are in the compute dtype (`sampler_weights`),
+resharded once per update), and the rollout
 returned replicated, so every process can read it on the host (scoring) without touching arrays other
 processes hold (Tunix #698), on the learner's devices. One device->host transfer of the completions per step,
 as before. `jit_step` compiles the learner's training steps on the learner mesh.
@@ -23,6 +24,20 @@ from rl4llm import sampling
 from rl4llm.models import ModelConfig
 from rl4llm.parallel import rules as rules_lib
 from rl4llm.parallel.mesh import Meshes, meshes_from_config
+
+
+def sampler_weights(params: Any, model_cfg: ModelConfig) -> Any:
+    """The sampler's own copy of the weights: every matrix (ndim >= 2: kernels, the embedding, the lm head, LoRA
+    factors, Qwen's [heads, head_dim] biases) in the compute dtype `model_cfg.dtype`, every vector (norm scales, 1-D
+    biases) as it is.
+
+    Exact: the decoder casts each of those leaves to the compute dtype where it reads it (`Linear`, the embedding
+    lookup, `unembed`), and reads norm scales in float32, so the sampler draws the same tokens with the same
+    log-probs. With float32 params and bfloat16 compute the copy is half the bytes, and decoding, which streams every
+    weight once per token, reads half as much (vLLM and SGLang samplers of verl / OpenRLHF likewise hold bf16 weights
+    while the learner keeps float32 masters)."""
+    dtype = jax.numpy.dtype(model_cfg.dtype)
+    return jax.tree.map(lambda x: x.astype(dtype) if np.ndim(x) >= 2 and x.dtype != dtype else x, params)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -69,10 +84,18 @@ class Layout:
         return jax.jit(sharded_step, donate_argnums=0, out_shardings=out_shardings)
 
     def sampler_params(self, params: Any) -> Any:
-        """The learner's params resharded for the sampler (the same arrays when the mesh is shared)."""
+        """The learner's params for the sampler: the same arrays when the mesh is shared; else their copy with the
+        matrices in the compute dtype (`sampler_weights`, cast where the learner's shards are, so half the bytes
+        move when the params are float32 and the compute bfloat16), resharded to the sampler's layout."""
         if self.meshes.shared:
             return params
-        return rules_lib.place(params, rules_lib.tree_shardings(self.meshes.sampler, params, self.model_cfg, self.rules))
+        weights = self._cast_program(params)
+        return rules_lib.place(weights, rules_lib.tree_shardings(self.meshes.sampler, weights, self.model_cfg,
+                                                                 self.rules))
+
+    @functools.cached_property
+    def _cast_program(self) -> Callable:
+        return jax.jit(functools.partial(sampler_weights, model_cfg=self.model_cfg))
 
     @functools.cached_property
     def _generate_programs(self) -> dict:

@@ -59,10 +59,23 @@ class Program:
     phases: tuple[tpu.Phase, ...]
     calls_per_step: int = 1
     error: str = ""  # the TPU compiler's RESOURCE_EXHAUSTED message: the program does not fit the chip's HBM
+    # per-device bytes of the run's state that stay in HBM while this program runs without being among its
+    # arguments (Adam's moments and the KL reference while the sampler decodes): they count against the chip too
+    resident: float = 0.0
 
     @property
     def fits(self) -> bool:
+        """The TPU compiler accepted it (its own buffers fit the HBM)."""
         return not self.error
+
+    @property
+    def peak_with_state(self) -> float:
+        """Bytes per device at the program's peak, with the run's state held beside it."""
+        return self.memory.peak + self.resident
+
+    def fits_chip(self, chip: tpu.Chip) -> bool:
+        """Compiled, and its peak plus the state held beside it fit the device's HBM."""
+        return self.fits and self.peak_with_state <= chip.hbm_bytes
 
 
 def without_files(config: config_lib.RunConfig) -> config_lib.RunConfig:
@@ -146,12 +159,13 @@ def critic_batch(batch: learner_lib.LearnerBatch) -> critic_lib.CriticBatch:
 
 
 def compile_program(name: str, fn: Callable, args: tuple, phases, calls: int = 1, *,
-                    compile: bool = True) -> Program:
+                    compile: bool = True, resident: float = 0.0) -> Program:
     """`fn.lower(*args).compile()` (fn jitted) timed, with its memory and XLA's FLOPs per device. The TPU compiler
     refuses a program whose buffers exceed the chip's HBM (RESOURCE_EXHAUSTED, naming the bytes it needs): that
-    message is kept as the program's `error`. `compile=False`: only the analytic phases (memory None)."""
+    message is kept as the program's `error`. `compile=False`: only the analytic phases (memory None). `resident`:
+    the state's bytes per device held beside it (`Program.resident`)."""
     if not compile:
-        return Program(name, None, 0.0, 0.0, tuple(phases), calls)
+        return Program(name, None, 0.0, 0.0, tuple(phases), calls, resident=resident)
     t0 = time.perf_counter()
     try:
         compiled = fn.lower(*args).compile()
@@ -159,12 +173,14 @@ def compile_program(name: str, fn: Callable, args: tuple, phases, calls: int = 1
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise
         print(f"{name} does not fit: {str(e).splitlines()[0]}", flush=True)
-        return Program(name, None, time.perf_counter() - t0, 0.0, tuple(phases), calls, str(e).splitlines()[0])
+        return Program(name, None, time.perf_counter() - t0, 0.0, tuple(phases), calls, str(e).splitlines()[0],
+                       resident)
     seconds = time.perf_counter() - t0
     print(f"compiled {name} in {seconds:.0f} s", flush=True)
     cost = compiled.cost_analysis() or {}
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    return Program(name, tpu.MemoryUse.of(compiled), seconds, float(cost.get("flops", 0.0)), tuple(phases), calls)
+    return Program(name, tpu.MemoryUse.of(compiled), seconds, float(cost.get("flops", 0.0)), tuple(phases), calls,
+                   resident=resident)
 
 
 def rollout_rows(config) -> int:
@@ -172,11 +188,14 @@ def rollout_rows(config) -> int:
 
 
 def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
-                     build: Callable = compile_program) -> list[Program]:
+                     build: Callable = compile_program, resident: tuple[float, float] = (0.0, 0.0)) -> list[Program]:
     """The sampler's `generate` (prefill + decode loop) on the sampler mesh over the rows of one call (the step's
     N = prompts x G rows, or `sampling.rows_per_call` of them, called N / rows_per_call times per step:
     `completions.sample_completions`), and, when the sampler has its own layout, the learner -> sampler reshard of the
-    weights; each made a Program by `build` (`compile_program`)."""
+    weights (its copy: `layout.sampler_weights`); each made a Program by `build` (`compile_program`). `resident`:
+    per-device bytes of the learner's whole state and of its params, for what stays in HBM beside each program
+    (the whole state beside a colocated sampler's copy; the state but its params beside a shared-mesh sampler,
+    which reads those; nothing on a disaggregated sampler's own devices)."""
     model_cfg, mesh = layout.model_cfg, layout.meshes.sampler
     per_call = completions.prompts_per_call(config, config.rl.num_prompts)
     n, calls = per_call * config.rl.num_generations, config.rl.num_prompts // per_call
@@ -185,17 +204,26 @@ def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
         top_k=config.sampling.top_k, top_p=config.sampling.top_p, min_p=config.sampling.min_p,
         stop_token_ids=(0,), pad_id=0)
     prompts = per_call if config.sampling.shared_prefix_prefill else n  # rows prefilled
-    sampler_params = sharded(params, rules_lib.tree_shardings(mesh, params, model_cfg, layout.rules))
+    own_copy = layout.meshes.placement != "shared"  # the sampler holds its copy: matrices in the compute dtype
+    weights = jax.eval_shape(functools.partial(layout_lib.sampler_weights, model_cfg=model_cfg), params) \
+        if own_copy else params
+    sampler_params = sharded(weights, rules_lib.tree_shardings(mesh, weights, model_cfg, layout.rules))
     args = (sampler_params, SDS((prompts, prompt_len), jnp.int32, sharding=layout.sampler_rows(prompts)),
             SDS((prompts, prompt_len), jnp.bool_, sharding=layout.sampler_rows(prompts)), key_struct(mesh),
             SDS((n,), jnp.int32, sharding=layout.sampler_rows(n)) if config.sampling.shared_prefix_prefill else None,
             SDS((), jnp.int32, sharding=rules_lib.replicated(mesh)))  # row_offset
-    costs = aot_costs.Costs(model_cfg, dict(mesh.shape))
+    costs = aot_costs.Costs(dataclasses.replace(model_cfg, param_dtype=model_cfg.dtype) if own_copy else model_cfg,
+                            dict(mesh.shape))
+    state_bytes, params_bytes = resident
+    held = {"shared": state_bytes - params_bytes, "colocated": state_bytes, "disaggregated": 0.0}
     out = [build("sampler.generate", layout.generate_program(sampling_cfg), args,
-                 costs.generate(n, prompt_len, sampling_cfg.max_new_tokens, prompts), calls)]
+                 costs.generate(n, prompt_len, sampling_cfg.max_new_tokens, prompts), calls,
+                 resident=held[layout.meshes.placement])]
     if layout.meshes.placement == "colocated":
-        reshard = jax.jit(lambda p: p, out_shardings=jax.tree.map(lambda s: s.sharding, sampler_params))
-        out.append(build("weights.learner_to_sampler", reshard, (params,), costs.transfer(params, sampler_params)))
+        reshard = jax.jit(functools.partial(layout_lib.sampler_weights, model_cfg=model_cfg),
+                          out_shardings=jax.tree.map(lambda s: s.sharding, sampler_params))
+        out.append(build("weights.learner_to_sampler", reshard, (params,), costs.transfer(params, sampler_params),
+                         resident=state_bytes - params_bytes))
     return out
 
 
@@ -227,12 +255,20 @@ def learner_programs(config, layout: layout_lib.Layout, state, optimizer, prompt
                          costs.critic(lcfg, critic_state, batch), updates))
         out.append(build("critic.values", programs.values_fn,
                          (critic_state.params, state.params, full.tokens, full.attention_mask),
-                         costs.forward("values", full, 0)))
+                         costs.forward("values", full, 0),
+                         resident=held_beside(state, state.params, critic_state.params)))
     if programs.behaviour_fn is not None:
         out.append(build("behaviour.logprobs", programs.behaviour_fn,
                          (state.params, full.tokens, full.attention_mask),
-                         costs.forward("behaviour", full, rl.micro_batch_size, lcfg.prompt_group)))
+                         costs.forward("behaviour", full, rl.micro_batch_size, lcfg.prompt_group),
+                         resident=held_beside(state, state.params)))
     return out
+
+
+def held_beside(state, *arguments) -> float:
+    """Per-device bytes of `state` (ShapeDtypeStructs with shardings) that are not among a program's `arguments`
+    (parts of the state): what stays in HBM beside the program."""
+    return aot_costs.per_device_bytes(state) - sum(aot_costs.per_device_bytes(a) for a in arguments)
 
 
 def check_rows(config: config_lib.RunConfig, meshes: mesh_lib.Meshes) -> None:
@@ -245,10 +281,17 @@ def check_rows(config: config_lib.RunConfig, meshes: mesh_lib.Meshes) -> None:
             f"config.mesh.data x fsdp = {shards} devices; make it a multiple of {shards}")
 
 
-def compile_run(config, devices, prompt_len: int, *, compile: bool = True) -> list[Program]:
+PARTS = ("learner", "sampler")
+
+
+def compile_run(config, devices, prompt_len: int, *, compile: bool = True,
+                parts: tuple[str, ...] = PARTS) -> list[Program]:
     """Every program of one RL step of `config` compiled for `devices` (e.g. `tpu.topology_devices("v5p:4x4x4")`),
     for prompts of `prompt_len` tokens and `config.sampling.max_new_tokens` completion tokens (`compile=False`:
-    their analytic phases only, in seconds)."""
+    their analytic phases only, in seconds); `parts`: the learner's programs, the sampler's, or both."""
+    unknown = set(parts) - set(PARTS)
+    if unknown or not parts:
+        raise ValueError(f"parts={parts!r}: choose among {PARTS}")
     build = functools.partial(compile_program, compile=compile)
     model_cfg = model_config(config)
     meshes = mesh_lib.meshes_from_config(config.mesh, devices)
@@ -256,8 +299,10 @@ def compile_run(config, devices, prompt_len: int, *, compile: bool = True) -> li
     layout = layout_lib.Layout(meshes, model_cfg, rules_lib.logical_axis_rules(config.mesh.shard_params_over_data))
     state, optimizer = abstract_state(config, model_cfg)
     state = sharded(state, layout.state_shardings(state))
-    return (learner_programs(config, layout, state, optimizer, prompt_len, build)
-            + sampler_programs(config, layout, state.params, prompt_len, build))
+    resident = (aot_costs.per_device_bytes(state), aot_costs.per_device_bytes(state.params))
+    learner = learner_programs(config, layout, state, optimizer, prompt_len, build) if "learner" in parts else []
+    sampler = sampler_programs(config, layout, state.params, prompt_len, build, resident) if "sampler" in parts else []
+    return learner + sampler
 
 
 def step_estimate(programs: list[Program], chip: tpu.Chip, devices: int) -> tuple[float, float]:
@@ -290,3 +335,29 @@ def with_layout(config: config_lib.RunConfig, candidate: dict) -> config_lib.Run
     data, fsdp, tensor = candidate["mesh"]
     return config.replace(mesh=dict(data=data, fsdp=fsdp, tensor=tensor), model={"remat": candidate["remat"]},
                           rl={"micro_batch_size": candidate["micro_batch_size"]})
+
+
+def sampler_candidates(config, num_devices: int, model_cfg: models.ModelConfig) -> list[dict]:
+    """The sampler layouts a planner compiles, for the learner layout `config` already has: its own mesh
+    ("shared": the sampler reads the learner's arrays) or the same devices in any (data, fsdp, tensor) layout
+    whose tensor size divides the query heads and whose data·fsdp divides the rows of one sampler call
+    ("colocated": a copy of the weights in the compute dtype, resharded after each update) -- as config overrides
+    {"sampler": "shared"} / {"sampler": "colocated", "sampler_mesh": (d, f, t)}. Decoding streams every weight per
+    token, split only by `tensor`, so the roofline favours tensor-parallel samplers; fsdp only buys memory."""
+    rows = completions.prompts_per_call(config, config.rl.num_prompts) * config.rl.num_generations
+    out = [dict(sampler="shared")]
+    for tensor in (t for t in range(1, num_devices + 1) if num_devices % t == 0 and model_cfg.num_heads % t == 0):
+        shards = num_devices // tensor
+        for data in (d for d in range(1, shards + 1) if shards % d == 0):
+            if rows % shards == 0:
+                out.append(dict(sampler="colocated", sampler_mesh=(data, shards // data, tensor)))
+    return out
+
+
+def with_sampler_layout(config: config_lib.RunConfig, candidate: dict) -> config_lib.RunConfig:
+    """`config` with a sampler candidate of `sampler_candidates`."""
+    if candidate["sampler"] == "shared":
+        return config.replace(mesh=dict(sampler="shared"))
+    data, fsdp, tensor = candidate["sampler_mesh"]
+    return config.replace(mesh=dict(sampler="colocated", sampler_data=data, sampler_fsdp=fsdp,
+                                    sampler_tensor=tensor))

@@ -26,8 +26,7 @@ from rl4llm.rl import registry
 
 def per_device_bytes(tree: Any) -> float:
     """Bytes of one device's shards of a tree of ShapeDtypeStructs carrying NamedShardings."""
-    return float(sum(math.prod(x.sharding.shard_shape(x.shape)) * jnp.dtype(x.dtype).itemsize
-                     for x in jax.tree.leaves(tree)))
+    return float(sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(tree)))
 
 
 class Costs:
