@@ -33,4 +33,6 @@ def get_config():
     c.model.preset = "llama3.1-8b"
     c.model.hf_checkpoint = "/data/models/Llama-3.1-8B-Instruct"
     c.sampling.rows_per_call = 1280
+    c.mesh.sampler = "colocated"  # tensor-parallel sampler on the same 64 chips, its own bfloat16 copy
+    c.mesh.sampler_data, c.mesh.sampler_fsdp, c.mesh.sampler_tensor = 8, 1, 8
     return c

@@ -220,10 +220,13 @@ def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
                  costs.generate(n, prompt_len, sampling_cfg.max_new_tokens, prompts), calls,
                  resident=held[layout.meshes.placement])]
     if layout.meshes.placement == "colocated":
-        reshard = jax.jit(functools.partial(layout_lib.sampler_weights, model_cfg=model_cfg),
-                          out_shardings=jax.tree.map(lambda s: s.sharding, sampler_params))
-        out.append(build("weights.learner_to_sampler", reshard, (params,), costs.transfer(params, sampler_params),
-                         resident=state_bytes - params_bytes))
+        # As `Layout.sampler_params` runs it: the cast where the learner's shards are (compiled here), then a
+        # device_put to the sampler's layout, a transfer between two meshes (its device order differs, so no one
+        # program holds both); while it runs, the state and the sampler-layout copy it writes are held beside.
+        cast = jax.jit(functools.partial(layout_lib.sampler_weights, model_cfg=model_cfg))
+        copy_bytes = aot_costs.per_device_bytes(sampler_params)
+        out.append(build("weights.learner_to_sampler", cast, (params,), costs.transfer(params, sampler_params),
+                         resident=state_bytes - params_bytes + copy_bytes))
     return out
 
 
