@@ -79,14 +79,16 @@ def test_ranked_orders_by_reward_then_items_met_then_index():
 # ------------------------------------------------------------------------------------------------ the loss
 
 
-def _herl(logp, old_logp, adv, mask, off, **kwargs):
-    return off_policy.herl(jnp.asarray(logp, jnp.float32), jnp.asarray(old_logp, jnp.float32),
-                           jnp.asarray(adv, jnp.float32), jnp.asarray(mask, jnp.float32),
-                           None if off is None else jnp.asarray(off, jnp.float32), **kwargs)
+def _herl(logp, sampler_logp, adv, mask, off, **kwargs):
+    """herl at one update per step: the learner's old log-probs are its own (ratio 1), the sampler's the behaviour's."""
+    logp = jnp.asarray(logp, jnp.float32)
+    return off_policy.herl(logp, jax.lax.stop_gradient(logp), jnp.asarray(adv, jnp.float32),
+                           jnp.asarray(mask, jnp.float32), None if off is None else jnp.asarray(off, jnp.float32),
+                           jnp.asarray(sampler_logp, jnp.float32), **kwargs)
 
 
 def test_herl_importance_weight_and_gradient_by_hand():
-    """A guided token with π_θ(y|x) = 0.5 and π_old(y|x ⊕ g) = 0.25: w = 2, f(w) = w/(w + γ) = 2/3 (γ = 1), L = −A·2/3
+    """A guided token with π_θ(y|x) = 0.5 and π_b(y|x ⊕ g) = 0.25 (the sampler's): w = 2, f(w) = w/(w + γ) = 2/3 (γ = 1), L = −A·2/3
     and dL/dlogp = −A·γ·w/(w + γ)² = −A·2/9; the sampled token beside it is PPO's (ratio 1: dL/dlogp = −A·½, the
     token mean of two)."""
     logp, old = [[math.log(0.5), -1.0]], [[math.log(0.25), -1.0]]
@@ -104,7 +106,7 @@ def test_herl_importance_weight_and_gradient_by_hand():
 
 
 def test_herl_on_policy_point_weight_is_one():
-    """An empty guidance: the behaviour log-probs are the policy's own, w = 1 on every guided token, f = 1/(1 + γ)."""
+    """An empty guidance: the sampler's log-probs are the policy's own, w = 1 on every guided token, f = 1/(1 + γ)."""
     logp = -jnp.abs(jax.random.normal(jax.random.key(0), (4, 5)))
     _, metrics = _herl(logp, logp, [1.0, -1.0, 0.5, 2.0], jnp.ones((4, 5)), jnp.ones((4, 5)))
     for key, value in (("off_is_weight_mean", 1.0), ("off_is_weight_max", 1.0), ("off_is_weight_min", 1.0),
@@ -113,25 +115,42 @@ def test_herl_on_policy_point_weight_is_one():
 
 
 def test_herl_without_guided_tokens_is_ppo_clip_exactly():
-    """No guided token (no all-fail group): the loss and its gradient are `losses.ppo_clip`'s (dual clip 3), GRPO's."""
-    k1, k2, k3 = jax.random.split(jax.random.key(1), 3)
+    """No guided token (no all-fail group): the loss and its gradient are `losses.ppo_clip`'s (dual clip 3), GRPO's,
+    whatever the sampler's log-probs (they enter only on guided tokens)."""
+    k1, k2, k3, k4 = jax.random.split(jax.random.key(1), 4)
     logp = -jnp.abs(jax.random.normal(k1, (6, 7)))
     old = logp + 0.4 * jax.random.normal(k2, (6, 7))
+    sampler = logp + jax.random.normal(k4, (6, 7))
     adv = jax.random.normal(k3, (6,))
     mask = (jnp.arange(7)[None, :] < jnp.arange(2, 8)[:, None]).astype(jnp.float32)
     for off in (None, jnp.zeros((6, 7))):
-        herl_loss = lambda lp: off_policy.herl(lp, old, adv, mask, off)[0]  # noqa: E731
+        herl_loss = lambda lp: off_policy.herl(lp, old, adv, mask, off, sampler)[0]  # noqa: E731
         ppo_loss = lambda lp: losses.ppo_clip(lp, old, adv, mask, dual_clip=3.0)[0]  # noqa: E731
         np.testing.assert_allclose(herl_loss(logp), ppo_loss(logp), rtol=1e-6)
         np.testing.assert_allclose(jax.grad(herl_loss)(logp), jax.grad(ppo_loss)(logp), rtol=1e-6, atol=1e-8)
 
 
+def test_herl_takes_the_behaviour_log_probs_from_the_sampler_through_the_registry():
+    """The learner passes `sampler_logp` to the losses that declare it (herl): the adapter forwards it; without it a
+    guided token is weighted as a trace's (π_b := 1, w = π_θ)."""
+    from rl4llm.rl import registry
+
+    assert "sampler_logp" in registry.policy_loss_inputs("herl")
+    assert "sampler_logp" not in registry.policy_loss_inputs("luffy")
+    logp, sampler = jnp.array([[math.log(0.5)]]), jnp.array([[math.log(0.25)]])
+    call = registry.get_policy_loss("herl")
+    _, metrics = call(logp, logp, jnp.ones(1), jnp.ones((1, 1)), off_policy_mask=jnp.ones((1, 1)), sampler_logp=sampler)
+    np.testing.assert_allclose(metrics["off_is_weight_mean"], 2.0, rtol=1e-6)
+    _, metrics = call(logp, logp, jnp.ones(1), jnp.ones((1, 1)), off_policy_mask=jnp.ones((1, 1)))
+    np.testing.assert_allclose(metrics["off_is_weight_mean"], 0.5, rtol=1e-6)
+
+
 def test_herl_clamps_the_log_ratio_and_survives_zero_probability():
     """|log w| is clamped at 20 (logged as off_is_clamp_frac); a guided token the policy gives probability 0 keeps a
-    finite loss and gradient; a token with no behaviour log-prob (old 0: π_b := 1) gets w = π_θ, LUFFY's."""
+    finite loss and gradient; a token with no behaviour log-prob (sampler 0: π_b := 1) gets w = π_θ, LUFFY's."""
     logp = jnp.array([[5.0, -jnp.inf, math.log(0.3)]])
-    old = jnp.array([[-20.0, -1.0, 0.0]])
-    loss_fn = lambda lp: _herl(lp, old, [1.0], [[1.0, 1.0, 1.0]], [[1.0, 1.0, 1.0]])  # noqa: E731
+    sampler = jnp.array([[-20.0, -1.0, 0.0]])
+    loss_fn = lambda lp: _herl(lp, sampler, [1.0], [[1.0, 1.0, 1.0]], [[1.0, 1.0, 1.0]])  # noqa: E731
     loss, metrics = loss_fn(logp)
     grad = jax.grad(lambda lp: loss_fn(lp)[0])(logp)
     assert np.isfinite(loss) and np.isfinite(grad).all()
@@ -271,7 +290,6 @@ def test_hindsight_replaces_on_a_tie_keeps_a_group_its_guidance_made_worse_and_s
     [
         ({"rl.loss": "luffy"}, "config.selection.hint_schedule='hindsight': config.rl.loss='luffy'; the guided "
                                "responses need 'herl'"),
-        ({"rl.ppo_epochs": 2}, "config.rl.ppo_epochs=2 x config.rl.num_minibatches=1 > 1"),
         ({"rl.num_generations": 1}, "config.rl.num_generations=1"),
         ({"task.name": "countdown"}, "config.task.name='countdown' has none; use arithmetic"),
         ({"selection.method": "dots", "selection.replay_capacity": 8}, "config.selection.replay_capacity=8"),

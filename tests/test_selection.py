@@ -628,8 +628,9 @@ def test_herl_recipe_trains_guided_responses_off_policy(tmp_path, monkeypatch, w
         # rewards >= 0: a guided response always reaches an all-fail group's best (0) and replaces its worst rollout
         assert r["selection/hindsight_replaced"] == r["selection/hint_candidates"], r
         assert (r["off_policy_frac"] > 0) == (r["selection/hindsight_replaced"] > 0), r
-        if r["selection/hindsight_replaced"]:  # π_θ(y|x) / π_old(y|x ⊕ g) of tokens sampled after the guidance
+        if r["selection/hindsight_replaced"]:  # π_θ(y|x) / π_b(y|x ⊕ g) of tokens sampled after the guidance
             assert 0 < r["off_is_weight_min"] <= r["off_is_weight_mean"] <= r["off_is_weight_max"], r
+            assert r["off_is_weight_min"] < r["off_is_weight_max"], r  # the guidance moved the behaviour: w != 1
             assert 0 < r["off_shaped_weight_mean"] < 1 and 0 <= r["off_is_clamp_frac"] <= 1, r
         assert np.isfinite(r["loss/pg"])
 

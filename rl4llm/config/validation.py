@@ -165,7 +165,7 @@ def _abstract_inputs(names) -> dict:
         "scores": (n,), "mask": (n, t), "lengths": (n,), "rewards": (n, t), "values": (n, t), "baseline_scores": (n,),
         "process_rewards": (n, t), "reward_components": (n, 2), "seq_metric": (n,),
         "logp": (n, t), "old_logp": (n, t), "advantages": (n,), "entropy": (n, t), "proxy_logp": (n, t),
-        "target_advantages": (n,), "off_policy_mask": (n, t),
+        "target_advantages": (n,), "off_policy_mask": (n, t), "sampler_logp": (n, t),
     }
     inputs = {k: jax.ShapeDtypeStruct(shape, jnp.float32) for k, shape in arrays.items() if k in names}
     if "group_ids" in names:
@@ -362,10 +362,6 @@ def _hindsight_errors(config) -> list[str]:
     if rl.loss != "herl":
         errors.append(f"{field}: config.rl.loss={rl.loss!r}; the guided responses need 'herl', whose importance "
                       "weight divides by their behaviour probability under the guidance")
-    if rl.ppo_epochs * rl.num_minibatches > 1:
-        errors.append(f"{field}: config.rl.ppo_epochs={rl.ppo_epochs} x config.rl.num_minibatches="
-                      f"{rl.num_minibatches} > 1 recomputes the old log-probs without the guidance; use one update "
-                      "per step (the sampler's log-probs are the guided behaviour's)")
     if rl.num_generations < 2:
         errors.append(f"{field}: config.rl.num_generations={rl.num_generations}; the guided response replaces "
                       "another rollout than the failed one it was guided by: needs >= 2")

@@ -138,6 +138,7 @@ def herl(
     advantages: jax.Array,  # [N] or [N, T]
     mask: jax.Array,  # [N, T]
     off_policy_mask: Optional[jax.Array] = None,  # [N, T] 1 on the tokens of guided responses
+    sampler_logp: Optional[jax.Array] = None,  # [N, T] the behaviour log-probs (the sampler's)
     *,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
@@ -153,18 +154,19 @@ def herl(
     as a response to the original prompt x (`rl4llm.train.hints.hindsight_groups`) is off-policy for π_θ(·|x):
 
     ```
-    sampled tokens (off = 0): `losses.ppo_clip` (clip_low, clip_high, dual_clip)
-    guided tokens (off = 1):  w = exp(clip(logp − old_logp, −20, 20)) = π_θ(y_t | x, y_<t) / π_b(y_t | x ⊕ g, y_<t)
+    sampled tokens (off = 0): `losses.ppo_clip` (clip_low, clip_high, dual_clip) on logp − old_logp
+    guided tokens (off = 1):  w = exp(clip(logp − sampler_logp, −20, 20)) = π_θ(y_t | x, y_<t) / π_b(y_t | x ⊕ g, y_<t)
                               L = −A·f(w),  f(w) = w / (w + γ)    (γ = shaping_gamma)
     loss = aggregate(L·is_weights, mask, agg_mode)
     ```
-    `old_logp` on a guided token is its behaviour log-prob, the sampler's under the guided prompt (one update per
-    step: the config validation requires it). w is never clipped, as the official code's: the shaping f bounds the
-    update (dL/dlogp = −A·γ·w/(w + γ)², largest at w = γ, vanishing as w → 0 and as w → ∞); only the log-ratio is
-    clamped at ±20. A token with no behaviour log-prob (a trace or Guide's hint: old_logp = 0, π_b := 1) gets w = π_θ,
-    LUFFY's weight (`luffy`). The on-policy point: an empty guidance gives old_logp = logp on the first update, w = 1,
-    f = 1/(1 + γ). Without guided tokens the loss is `losses.ppo_clip` exactly. γ = 1: Qwen3_herl.sh's
-    `he_shaping_gamma` (its medical recipe: 0.1).
+    `sampler_logp` on a guided token is its behaviour log-prob, the sampler's under the guided prompt (the official
+    code's separate `he_log_probs`; `old_logp` is the learner's, its ratio 1 at one update per step). w is never
+    clipped, as the official code's: the shaping f bounds the update (dL/dlogp = −A·γ·w/(w + γ)², largest at w = γ,
+    vanishing as w → 0 and as w → ∞); only the log-ratio is clamped at ±20. A token with no behaviour log-prob (a
+    trace or Guide's hint: sampler_logp = 0, π_b := 1) gets w = π_θ, LUFFY's weight (`luffy`); so does every guided
+    token when `sampler_logp` is None. The on-policy point: an empty guidance gives sampler_logp = logp (up to the
+    sampler's numerics), w = 1, f = 1/(1 + γ). Without guided tokens the loss is `losses.ppo_clip` exactly (GRPO's
+    with the default loss). γ = 1: Qwen3_herl.sh's `he_shaping_gamma` (its medical recipe: 0.1).
 
     Metrics: `off_policy_frac` (guided tokens / valid tokens); over the valid guided tokens (0 when none):
     `off_is_weight_mean/max/min` (w; 0 / e^20 when none, the identities of max / min on [0, e^20]),
@@ -173,7 +175,8 @@ def herl(
     """
     require("shaping_gamma", shaping_gamma, shaping_gamma > 0, "must be > 0")
     off = _trace_tokens(off_policy_mask, mask)
-    log_ratio = jnp.where(off, logp, 0.0) - jnp.where(off, old_logp, 0.0)
+    behaviour = jnp.zeros_like(logp) if sampler_logp is None else sampler_logp
+    log_ratio = jnp.where(off, logp, 0.0) - jnp.where(off, behaviour, 0.0)
     is_weight = jnp.exp(jnp.clip(log_ratio, -_LOG_RATIO_BOUND, _LOG_RATIO_BOUND))
     shaped = is_weight / (is_weight + shaping_gamma)
     adv = _token_advantages(advantages)
