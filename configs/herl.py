@@ -15,14 +15,16 @@ def get_config():
         k-th operation ("-19"), met iff y's step k is sound (`step_labels`); item m = "#", met iff y's answer is right
     y_f = the group's best rollout by reward, then by items met (the first of equals)
     g   = y_f + "=" + ";".join(unmet items) + "="            ("37+48-19=" ⊕ "37+48=85;85-19=60;#60=-19;#=")
-    y_1..y_M ~ π_old(· | x ⊕ g), M = 4; y* = the best; y* replaces the group's worst rollout if r(y*) >= the group's best
+    y_1..y_M ~ π_b(· | x ⊕ g) (the sampler, M = 4); y* = the best; it replaces the group's worst rollout if
+        r(y*) >= the group's best
     r(y_f) <- r(y_f) + λ·(r(y*) − r(y_f)),  λ = 0.05                      (the improvement bonus)
-    loss on y*'s tokens (trained after x):  w_t = π_θ(y_t | x, y_<t) / π_old(y_t | x ⊕ g, y_<t)   (|log w| <= 20)
+    loss on y*'s tokens (trained after x):  w_t = π_θ(y_t | x, y_<t) / π_b(y_t | x ⊕ g, y_<t)   (|log w| <= 20)
                                             L_t = −A·w_t/(w_t + γ),  γ = 1          (never clipped: shaped)
     loss on the sampled rows: PPO's clip (0.2, dual clip 3); GRPO advantages over the group with y*; token-mean
     ```
+    π_b(y_t | x ⊕ g, ·) is the sampler's log-prob (`LearnerBatch.sampler_logp`, the loss input `sampler_logp`).
     Without an all-fail group nothing is added and the run is GRPO's (with the dual-clip PPO loss) exactly; an empty
-    guidance would give w = 1 on the first update.
+    guidance would give w = 1 (up to the sampler's numerics).
 
     The official code (sikelifei/HeRL, `ray_trainer._augment_with_rewrite_he`, `core_algos.
     compute_policy_loss_mixpolicy_vanilla`, examples/qwen3/Qwen3_herl.sh), which this follows: groups with no

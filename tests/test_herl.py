@@ -88,9 +88,9 @@ def _herl(logp, sampler_logp, adv, mask, off, **kwargs):
 
 
 def test_herl_importance_weight_and_gradient_by_hand():
-    """A guided token with π_θ(y|x) = 0.5 and π_b(y|x ⊕ g) = 0.25 (the sampler's): w = 2, f(w) = w/(w + γ) = 2/3 (γ = 1), L = −A·2/3
-    and dL/dlogp = −A·γ·w/(w + γ)² = −A·2/9; the sampled token beside it is PPO's (ratio 1: dL/dlogp = −A·½, the
-    token mean of two)."""
+    """A guided token with π_θ(y|x) = 0.5 and π_b(y|x ⊕ g) = 0.25 (the sampler's): w = 2, f(w) = w/(w + γ) = 2/3
+    (γ = 1), L = −A·2/3 and dL/dlogp = −A·γ·w/(w + γ)² = −A·2/9; the sampled token beside it is PPO's (ratio 1:
+    dL/dlogp = −A·½, the token mean of two)."""
     logp, old = [[math.log(0.5), -1.0]], [[math.log(0.25), -1.0]]
     adv, mask, off = [1.5], [[1.0, 1.0]], [[1.0, 0.0]]
     loss, metrics = _herl(logp, old, adv, mask, off)

@@ -196,6 +196,19 @@ def ranked(scores: np.ndarray, met: np.ndarray) -> np.ndarray:
     return np.lexsort((np.arange(scores.size), -met, -scores))
 
 
+def group_guidance(example, texts: Sequence[str], scores: np.ndarray, rubric: process_lib.Rubric
+                   ) -> tuple[int, int, str, int]:
+    """One all-fail group's hindsight guidance: its rollouts' `texts` [G] with rewards `scores` [G], judged by
+    `rubric` against `example`. -> (its best failed rollout and its worst, by `ranked`; the guided prompt: the
+    example's prompt ⊕ `hindsight_guidance` of the best; how many items the best failed)."""
+    rubric_items, rubric_scores = rubric
+    met = [rubric_scores(example.prompt, text, example.answer) for text in texts]
+    order = ranked(scores, np.array([sum(m) for m in met]))
+    best = met[order[0]]
+    guidance = hindsight_guidance(texts[order[0]], rubric_items(example.prompt), best)
+    return int(order[0]), int(order[-1]), example.prompt + guidance, len(best) - sum(best)
+
+
 def hindsight_groups(sel, g: int, pad_id: int, examples, rows: Rows, key, generate, place: PlaceFn, decode,
                      rubric: process_lib.Rubric) -> tuple[Rows, dict]:
     """HeRL (Zhang et al. 2026, "Experience is the Best Teacher: Motivating Effective Exploration in Reinforcement
@@ -207,16 +220,13 @@ def hindsight_groups(sel, g: int, pad_id: int, examples, rows: Rows, key, genera
     2. `sel.hindsight_samples` responses are sampled after prompt ⊕ g in the same step, scored against the answer,
        placed by `place` with an empty hint (``completion``: trained as responses to the original prompt, their
        behaviour log-probs those under the guidance; ``prompt``: trained in the guided context, the official code's
-       `train_use_rewrite_prompt=True`) and marked off-policy (`Rows.off_policy`: `rl.off_policy.herl` weights them
-       by f(π_θ/π_b));
+       `train_use_rewrite_prompt=True`), off-policy (`Rows.off_policy`: `rl.off_policy.herl` weights f(π_θ/π_b));
     3. the best guided response (reward, first on ties) replaces the group's worst rollout (the last of `ranked`)
        when its reward is at least the group's best (official `replace_top_n=1`);
     4. c's reward gets `improvement_bonus`(best guided reward, c's reward, `sel.hindsight_bonus`).
 
-    Departures: one failed rollout per group is rewritten (the official code rewrites every best-scoring one, up to
-    16, once each; with a 0/1 reward all of them), `hindsight_samples` times; no fallback row (the official code
-    copies the group's best rollout over a row when no rewrite reaches it); the replaced row is the worst, not a
-    random one, so c and its bonus stay; the guided responses are sampled at the run's temperature (official 0.3).
+    Departures (configs/herl.py): one failed rollout per group is rewritten, `hindsight_samples` times (official:
+    every best-scoring one, once); the worst row is replaced, not a random one (c and its bonus stay), no fallback.
     Metrics: selection/hint_candidates (all-fail groups), hint_rollouts (guided rollouts sampled), hint_solved
     (groups with a correct guided response), hint_overflow (as `staged_groups`), hindsight_replaced (rows replaced),
     hindsight_guided_reward (mean reward of the guided responses), hindsight_bonus (mean bonus),
@@ -226,18 +236,11 @@ def hindsight_groups(sel, g: int, pad_id: int, examples, rows: Rows, key, genera
                "selection/hint_solved": 0.0, "selection/hint_overflow": 0.0, "selection/hindsight_replaced": 0.0}
     if failing.size == 0:
         return rows, metrics
-    rubric_items, rubric_scores = rubric
     texts = decode(rows.completion_tokens, rows.completion_mask)
     scores = rows.scores.reshape(-1, g)
-    chosen, worst, guided_prompts, unmet = [], [], [], []
-    for i in failing:
-        e = examples[i]
-        met = [rubric_scores(e.prompt, texts[i * g + j], e.answer) for j in range(g)]
-        order = ranked(scores[i], np.array([sum(m) for m in met]))
-        chosen.append(i * g + order[0])
-        worst.append(i * g + order[-1])
-        guided_prompts.append(e.prompt + hindsight_guidance(texts[chosen[-1]], rubric_items(e.prompt), met[order[0]]))
-        unmet.append(len(met[order[0]]) - sum(met[order[0]]))
+    best_failed, worst, guided_prompts, unmet = zip(*(
+        group_guidance(examples[i], texts[i * g: (i + 1) * g], scores[i], rubric) for i in failing))
+    chosen, worst = failing * g + np.asarray(best_failed), failing * g + np.asarray(worst)
     slots = 1 << int(np.ceil(np.log2(failing.size)))  # power-of-two groups: few compiled shapes
     padded = np.resize(np.arange(failing.size), slots)
     m = sel.hindsight_samples
@@ -254,7 +257,7 @@ def hindsight_groups(sel, g: int, pad_id: int, examples, rows: Rows, key, genera
     rows.scores[chosen] += bonus
     if replace.any():
         order = np.arange(rows.scores.size)
-        order[np.asarray(worst)[replace]] = rows.scores.size + best[replace]
+        order[worst[replace]] = rows.scores.size + best[replace]
         rows = take(concat([rows, guided], pad_id), order)
     metrics.update({
         "selection/hint_rollouts": float(slots * m),
