@@ -45,6 +45,10 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/herl.py --workdir=/tmp/rl4llm/herl
+    Measured (`python -m experiments.reproduce --study=guidance_guide --arms=herl --workers=1 --samples=32`:
+    6-7-operand chains from the 4-operand warm start, 3 seeds, 40 steps; notebooks/05_guidance.ipynb): pass@16
+    0.177 ± 0.012, level with GRPO's 0.173 ± 0.023; guided responses were right 0.5 % of the time (unguided 4.0 %):
+    the tiny policy does not read the guidance.
     """
     c = default.get_config()
     c.rl.advantage = "grpo"
