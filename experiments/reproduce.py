@@ -109,6 +109,8 @@ _GUIDANCE_KEYS = (
     "tree/branches", "tree/distinct_branches", "tree/shared_token_frac",
     "selection/hint_rate", "selection/hinted_frac", "selection/unhinted_accuracy", "selection/hinted_accuracy",
     "selection/hint_overflow", "off_masked_frac", "off_low_prob_frac",
+    "selection/hindsight_replaced", "selection/hindsight_guided_reward", "selection/hindsight_bonus",
+    "selection/hindsight_unmet_items", "off_is_weight_max", "off_is_weight_min", "off_is_clamp_frac",
 )
 # The guidance study's task: 6- and 7-operand chains (the warm start learnt 4 and writes 3 steps whatever the length:
 # held-out greedy 0.035, pass@1 0.035, pass@16 0.207 on 256 prompts), a 64-token response budget (the longest
@@ -194,10 +196,12 @@ STUDIES = {
     # off-policy tokens; same hints, same task and steps as guidance_hard, from one warm start (a study of its own:
     # guidance_hard's runs were made on a machine whose warm start rounds differently).
     # ADHint (configs/adhint.py: hints in the completion as Guide's, at the rate h_max·(1 − unhinted accuracy), its
-    # modulated loss and posterior-scaled advantage) joins them.
+    # modulated loss and posterior-scaled advantage) joins them, and HeRL (configs/herl.py: an all-fail group's failed
+    # rollout and its unmet rubric items as guidance, the best guided response trained off-policy after the prompt).
     "guidance_guide": Study(
         arms={"grpo": _recipe("default", **_GUIDANCE_TASK), "ghpo": _recipe("ghpo", **_GUIDANCE_TASK),
-              "guide": _recipe("guide", **_GUIDANCE_TASK), "adhint": _recipe("adhint", **_GUIDANCE_TASK)},
+              "guide": _recipe("guide", **_GUIDANCE_TASK), "adhint": _recipe("adhint", **_GUIDANCE_TASK),
+              "herl": _recipe("herl", **_GUIDANCE_TASK)},
         seeds=(0, 1, 2),
         rl_steps=40,
         eval_every=10,

@@ -564,7 +564,7 @@ def _run(config, warm_start, workdir, **kwargs):
     return {r["step"]: r for r in metrics_lib.read_metrics(workdir, "rl")}
 
 
-HINT_RECIPES = ("ghpo", "seele", "guide")  # run here: their hints need groups that fail and a hint that helps
+HINT_RECIPES = ("ghpo", "seele", "guide", "herl")  # run here: their hints need groups that fail and a hint that helps
 
 
 def _starts_like_the_solution(completion: str, answer: str) -> float:
@@ -615,6 +615,23 @@ def test_guide_recipe_trains_the_hint_tokens_off_policy(tmp_path, monkeypatch, w
         assert r["selection/hint_solved"] == r["selection/hint_candidates"], r
         assert (r["off_policy_frac"] > 0) == (r["selection/hint_solved"] > 0), r
         assert 0 < r["off_is_weight_mean"] <= 1 or r["selection/hint_solved"] == 0, r
+        assert np.isfinite(r["loss/pg"])
+
+
+def test_herl_recipe_trains_guided_responses_off_policy(tmp_path, monkeypatch, warm_start):
+    """configs/herl.py for two steps on the tiny job: all-fail groups get hindsight guidance, guided responses are
+    sampled and the best replaces a rollout of its group, trained off-policy with logged importance weights."""
+    records = _hint_recipe_records("herl", tmp_path, monkeypatch, warm_start)
+    assert sum(r["selection/hint_candidates"] for r in records.values()) > 0
+    for r in records.values():
+        assert r["selection/hint_rollouts"] >= 4 * r["selection/hint_candidates"], r
+        # rewards >= 0: a guided response always reaches an all-fail group's best (0) and replaces its worst rollout
+        assert r["selection/hindsight_replaced"] == r["selection/hint_candidates"], r
+        assert (r["off_policy_frac"] > 0) == (r["selection/hindsight_replaced"] > 0), r
+        if r["selection/hindsight_replaced"]:  # π_θ(y|x) / π_b(y|x ⊕ g) of tokens sampled after the guidance
+            assert 0 < r["off_is_weight_min"] <= r["off_is_weight_mean"] <= r["off_is_weight_max"], r
+            assert r["off_is_weight_min"] < r["off_is_weight_max"], r  # the guidance moved the behaviour: w != 1
+            assert 0 < r["off_shaped_weight_mean"] < 1 and 0 <= r["off_is_clamp_frac"] <= 1, r
         assert np.isfinite(r["loss/pg"])
 
 

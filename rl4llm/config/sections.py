@@ -445,7 +445,9 @@ class Selection:
     hints: bool = param(False, "GHPO: regenerate all-fail groups with growing reference-solution prefixes", Boolean())
     hint_schedule: str = param("staged", "staged: GHPO's hint_fractions for all-fail groups; irt: SEELE's per-problem "
                                "hint rate fitted each round for accuracy selection.target; adhint: ADHint's rate "
-                               "hint_max (1 - the unhinted round's accuracy)", OneOf(("staged", "irt", "adhint")))
+                               "hint_max (1 - the unhinted round's accuracy); hindsight: HeRL's guidance, an all-fail "
+                               "group's failed rollout and its unmet rubric items",
+                               OneOf(("staged", "irt", "adhint", "hindsight")))
     hint_placement: str = param("prompt", "prompt: the hint stays in the trained prompt, only the policy's continuation "
                                 "is trained (GHPO, SEELE); completion: a hinted rollout is trained as the unhinted "
                                 "prompt's response, the hint's tokens off-policy (Guide; a loss taking "
@@ -456,6 +458,10 @@ class Selection:
                              "hint", AtLeast(2))
     hint_max: float = param(0.75, "ADHint: h_max of the hint rate h = h_max (1 - acc) (acc: the unhinted round's)",
                             Between(0.0, 1.0, low_open=True))
+    hindsight_samples: int = param(4, "HeRL: responses sampled under each all-fail group's guidance (the best "
+                                   "replaces the group's worst rollout)", AtLeast(1))
+    hindsight_bonus: float = param(0.05, "HeRL: lambda of the bonus lambda (r_guided - r) on the guided failed rollout",
+                                   Between(0.0, 1e3))
     irt_discrimination: float = param(10.0, "SEELE: k of a(h) = c + (1 - c) sigmoid(k (h - b)) (fixed; b is fitted)",
                                       Between(0.0, 1e3, low_open=True))
     irt_guess: float = param(0.0, "SEELE: c, the accuracy floor of a(h) (fixed)", Between(0.0, 1.0))

@@ -165,7 +165,7 @@ def _abstract_inputs(names) -> dict:
         "scores": (n,), "mask": (n, t), "lengths": (n,), "rewards": (n, t), "values": (n, t), "baseline_scores": (n,),
         "process_rewards": (n, t), "reward_components": (n, 2), "seq_metric": (n,),
         "logp": (n, t), "old_logp": (n, t), "advantages": (n,), "entropy": (n, t), "proxy_logp": (n, t),
-        "target_advantages": (n,), "off_policy_mask": (n, t),
+        "target_advantages": (n,), "off_policy_mask": (n, t), "sampler_logp": (n, t),
     }
     inputs = {k: jax.ShapeDtypeStruct(shape, jnp.float32) for k, shape in arrays.items() if k in names}
     if "group_ids" in names:
@@ -351,6 +351,26 @@ def _off_policy_loss_errors(rl, field: str, tokens: str) -> list[str]:
             f"use {' | '.join(takers)}"]
 
 
+def _hindsight_errors(config) -> list[str]:
+    """HeRL's hindsight guidance (selection.hint_schedule='hindsight', `train.hints.hindsight_groups`)."""
+    sel, rl = config.selection, config.rl
+    field = "config.selection.hint_schedule='hindsight'"
+    errors = []
+    if config.task.name not in process_lib.RUBRICS:
+        errors.append(f"{field}: builds guidance from a task rubric, and config.task.name={config.task.name!r} has "
+                      f"none; use {' | '.join(sorted(process_lib.RUBRICS))}")
+    if rl.loss != "herl":
+        errors.append(f"{field}: config.rl.loss={rl.loss!r}; the guided responses need 'herl', whose importance "
+                      "weight divides by their behaviour probability under the guidance")
+    if rl.num_generations < 2:
+        errors.append(f"{field}: config.rl.num_generations={rl.num_generations}; the guided response replaces "
+                      "another rollout than the failed one it was guided by: needs >= 2")
+    if sel.replay_capacity:
+        errors.append(f"{field}: config.selection.replay_capacity={sel.replay_capacity} replays groups without "
+                      "their guidance; set it to 0")
+    return errors
+
+
 def _hint_placement_errors(config) -> list[str]:
     """Guide's hints trained in the completion (selection.hint_placement='completion', `train.hints`)."""
     sel, rl = config.selection, config.rl
@@ -394,6 +414,8 @@ def _selection_errors(config) -> list[str]:
     if sel.hints and sel.hint_schedule in curriculum.ROUND_RATES:
         errors += _round_hint_errors(config)
     errors += _hinted_advantage_errors(config)
+    if sel.hints and sel.hint_schedule == "hindsight":
+        errors += _hindsight_errors(config)
     if sel.hint_placement == "completion":
         errors += _hint_placement_errors(config)
     if method != "uniform" and "baseline_scores" in registry.advantage_inputs(rl.advantage):

@@ -13,7 +13,9 @@ form and nothing else, right or wrong (a constraint or bonus beside the correctn
 
 :func:`step_labels` is the task's exact process judge (``rl4llm.rewards.process``: FAPO's flawed positives, PROF, step
 rewards): each segment of a worked answer judged sound or not given the problem and the steps before it;
-:func:`first_flawed_step` is its first unsound one.
+:func:`first_flawed_step` is its first unsound one. :func:`rubric_items` and :func:`rubric_scores` read the same judge
+as a rubric (HeRL's hindsight guidance, ``rl4llm.train.hints.hindsight_groups``): one item per operation, then the
+right final answer.
 """
 
 from __future__ import annotations
@@ -104,3 +106,22 @@ def first_flawed_step(prompt: str, completion: str) -> int:
     sound. ``"7+5-1=7+5=13;13-1=12;#12"`` -> 0 (a flawed positive)."""
     labels = step_labels(prompt, completion)
     return labels.index(False) if False in labels else -1
+
+
+def rubric_items(prompt: str) -> list[str]:
+    """The rubric of the problem that ``prompt`` starts with, one item per requirement of a worked answer, each written
+    in the task's alphabet: item k < m is the problem's k-th operation (``"-19"``: apply it to the running result,
+    step k), item m is ``"#"`` (the final answer). ``"37+48-19="`` -> ``["+48", "-19", "#"]``."""
+    problem = _PROBLEM.match(prompt)
+    if problem is None:
+        raise ValueError(f"prompt {prompt[:60]!r} does not start with an arithmetic problem 'a+b-c='")
+    return [op + rhs for op, rhs in _OPERATION.findall(problem.group(2))] + ["#"]
+
+
+def rubric_scores(prompt: str, completion: str, answer: str) -> list[bool]:
+    """Whether ``completion`` meets each item of ``rubric_items(prompt)``: step item k is met iff the completion's
+    segment k is a sound step by `step_labels` (a missing step is unmet), the final item iff its final answer is
+    ``answer`` (`score`). ``"37+48-19="``, ``"37+48=85;85-19=60;#60"``, ``"66"`` -> [True, False, False]."""
+    steps = step_labels(prompt, completion)[:-1]
+    operations = len(rubric_items(prompt)) - 1
+    return [k < len(steps) and steps[k] for k in range(operations)] + [score(completion, answer) == 1.0]

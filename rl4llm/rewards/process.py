@@ -35,6 +35,10 @@ JUDGES: dict[str, Judge] = {
 }
 # The task whose prompts a judge reads (`config.task.name`).
 JUDGE_TASKS = {"arithmetic_steps": "arithmetic"}
+# A task's rubric (`config.task.name`; HeRL's hindsight guidance, `rl4llm.train.hints.hindsight_groups`):
+# items(prompt) -> the items' texts [K], and scores(prompt, completion, answer) -> whether it meets each [K].
+Rubric = tuple[Callable[[str], list], Callable[[str, str, str], list]]
+RUBRICS: dict[str, Rubric] = {"arithmetic": (arithmetic.rubric_items, arithmetic.rubric_scores)}
 
 
 def first_flaws(labels: Sequence[Sequence[bool]]) -> np.ndarray:

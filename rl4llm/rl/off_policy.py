@@ -3,12 +3,14 @@ teacher or reference solutions), marked per token by `off_policy_mask[N, T]` (1 
 
 Same contract as `losses` (`(loss, metrics)`, `agg_mode` / `agg_weights` / `is_weights`); `off_policy_mask` is a
 standard loss input (`registry.LOSS_INPUTS`): None or all zeros = every token on-policy. Sampled tokens get PPO's
-clipped ratio in both losses; they differ on the trace tokens: `luffy` (policy shaping of π_θ), `rl_plus` (multiple
-importance sampling and an exploration-based advantage).
+clipped ratio in all three losses; they differ on the trace tokens: `luffy` (policy shaping of π_θ), `rl_plus` (multiple
+importance sampling and an exploration-based advantage), `herl` (policy shaping of the importance ratio to the
+behaviour policy: HeRL's guided responses).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import jax
@@ -123,6 +125,67 @@ def rl_plus(
     token_loss, metrics = _mixed(adv, logp, old_logp, mask, off, -adv * exploration * is_weight, is_weight, 4.0,
                                  clip_low, clip_high, on_policy_clip)
     metrics["off_exploration_weight_mean"] = _selected_mean(exploration, mask * off)
+    return _reduce(token_loss, mask, agg_mode, agg_weights, is_weights), metrics
+
+
+# The log importance ratio of `herl` is clamped to ±this (verl's, as `losses._clamped_log_ratio`): w ∈ [e^-20, e^20].
+_LOG_RATIO_BOUND = 20.0
+
+
+def herl(
+    logp: jax.Array,  # [N, T]
+    old_logp: jax.Array,  # [N, T]
+    advantages: jax.Array,  # [N] or [N, T]
+    mask: jax.Array,  # [N, T]
+    off_policy_mask: Optional[jax.Array] = None,  # [N, T] 1 on the tokens of guided responses
+    sampler_logp: Optional[jax.Array] = None,  # [N, T] the behaviour log-probs (the sampler's)
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: Optional[float] = 3.0,
+    shaping_gamma: float = 1.0,
+    agg_mode: str = "token-mean",
+    agg_weights: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
+) -> tuple[jax.Array, Metrics]:
+    """HeRL's mixed-policy token loss (Zhang et al. 2026, "Experience is the Best Teacher: Motivating Effective
+    Exploration in Reinforcement Learning for LLMs"; official code sikelifei/HeRL `core_algos.py`,
+    `compute_policy_loss_mixpolicy_vanilla`, Qwen3_herl.sh): a response sampled under hindsight guidance g and trained
+    as a response to the original prompt x (`rl4llm.train.hints.hindsight_groups`) is off-policy for π_θ(·|x):
+
+    ```
+    sampled tokens (off = 0): `losses.ppo_clip` (clip_low, clip_high, dual_clip) on logp − old_logp
+    guided tokens (off = 1):  w = exp(clip(logp − sampler_logp, −20, 20)) = π_θ(y_t | x, y_<t) / π_b(y_t | x ⊕ g, y_<t)
+                              L = −A·f(w),  f(w) = w / (w + γ)    (γ = shaping_gamma)
+    loss = aggregate(L·is_weights, mask, agg_mode)
+    ```
+    `sampler_logp` on a guided token is its behaviour log-prob, the sampler's under the guided prompt (the official
+    code's separate `he_log_probs`; `old_logp` is the learner's, its ratio 1 at one update per step). w is never
+    clipped, as the official code's: the shaping f bounds the update (dL/dlogp = −A·γ·w/(w + γ)², largest at w = γ,
+    vanishing as w → 0 and as w → ∞); only the log-ratio is clamped at ±20. A token with no behaviour log-prob (a
+    trace or Guide's hint: sampler_logp = 0, π_b := 1) gets w = π_θ, LUFFY's weight (`luffy`); so does every guided
+    token when `sampler_logp` is None. The on-policy point: an empty guidance gives sampler_logp = logp (up to the
+    sampler's numerics), w = 1, f = 1/(1 + γ). Without guided tokens the loss is `losses.ppo_clip` exactly (GRPO's
+    with the default loss). γ = 1: Qwen3_herl.sh's `he_shaping_gamma` (its medical recipe: 0.1).
+
+    Metrics: `off_policy_frac` (guided tokens / valid tokens); over the valid guided tokens (0 when none):
+    `off_is_weight_mean/max/min` (w; 0 / e^20 when none, the identities of max / min on [0, e^20]),
+    `off_shaped_weight_mean` (f(w)), `off_is_clamp_frac` (|log w| at the ±20 clamp); `ppo_clip`'s over the sampled
+    tokens.
+    """
+    require("shaping_gamma", shaping_gamma, shaping_gamma > 0, "must be > 0")
+    off = _trace_tokens(off_policy_mask, mask)
+    behaviour = jnp.zeros_like(logp) if sampler_logp is None else sampler_logp
+    log_ratio = jnp.where(off, logp, 0.0) - jnp.where(off, behaviour, 0.0)
+    is_weight = jnp.exp(jnp.clip(log_ratio, -_LOG_RATIO_BOUND, _LOG_RATIO_BOUND))
+    shaped = is_weight / (is_weight + shaping_gamma)
+    adv = _token_advantages(advantages)
+    token_loss, metrics = _mixed(adv, logp, old_logp, mask, off, -adv * shaped, is_weight,
+                                 math.exp(_LOG_RATIO_BOUND), clip_low, clip_high, True, dual_clip)
+    guided = mask * off
+    metrics["off_shaped_weight_mean"] = _selected_mean(jax.lax.stop_gradient(shaped), guided)
+    clamped = (jnp.abs(log_ratio) >= _LOG_RATIO_BOUND).astype(jnp.float32)
+    metrics["off_is_clamp_frac"] = _selected_mean(clamped, guided)
     return _reduce(token_loss, mask, agg_mode, agg_weights, is_weights), metrics
 
 

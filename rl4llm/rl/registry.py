@@ -46,8 +46,10 @@ Policy losses — the trainer calls::
     Extra inputs: key (PRNG key: clip_cov), entropy[N, T] (token entropy of the current policy:
     entropy-aware losses), proxy_logp[N, T] (Lp-Reg), target_advantages (gbpo: from
     `advantages.gbpo_targets(scores, group_ids, num_groups=G)`), off_policy_mask[N, T] (1 on the tokens of
-    off-policy traces mixed into the groups: `off_policy.luffy`, or the hint's tokens: `adhint.adhint_loss`; None =
-    all on-policy). A loss that declares an extra input the trainer does not pass fails with a TypeError naming it.
+    off-policy traces mixed into the groups: `off_policy.luffy`, or the hint's tokens: `adhint.adhint_loss`, or
+    HeRL's guided responses: `off_policy.herl`; None = all on-policy), sampler_logp[N, T] (the log-probs the
+    sampler reported: the behaviour policy's, whatever the updates per step; `off_policy.herl`'s guided tokens). A
+    loss that declares an extra input the trainer does not pass fails with a TypeError naming it.
 
 Whole-minibatch token statistics — losses in `TOKEN_STATISTICS` select or weight tokens by statistics of
 the batch (covariance ranks, quantiles, max/min, entropy scores). `get_token_statistics(name)` takes the
@@ -123,6 +125,7 @@ POLICY_LOSSES: dict[str, Callable[..., Any]] = {
     # mixed on-/off-policy groups (rl.off_policy_traces): they need off_policy_mask to see the traces
     "luffy": off_policy.luffy,
     "rl_plus": off_policy.rl_plus,
+    "herl": off_policy.herl,  # HeRL's guided responses: f(π_θ/π_b) with π_b their behaviour probability under guidance
     "adhint": adhint.adhint_loss,  # hints in the completion: hint tokens weighted by π_θ, masked when π < τ or A < 0
 }
 
@@ -159,7 +162,7 @@ ADVANTAGE_INPUTS = COMMON_ADVANTAGE_INPUTS + SINGLE_TURN_ADVANTAGE_INPUTS + MULT
 # The standard inputs of policy losses; the learner provides every one (`train.learner`).
 LOSS_INPUTS = (
     "logp", "old_logp", "advantages", "mask", "agg_mode", "agg_weights", "is_weights",
-    "key", "entropy", "proxy_logp", "target_advantages", "token_stats", "off_policy_mask",
+    "key", "entropy", "proxy_logp", "target_advantages", "token_stats", "off_policy_mask", "sampler_logp",
 )
 
 

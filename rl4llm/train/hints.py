@@ -7,7 +7,10 @@
   the first at the problem's hint rate fitted for accuracy `selection.target` (`round_groups`,
   `curriculum.irt_rate`);
 * ``adhint`` (ADHint, Zhang et al. 2025): the same rounds, each after the first at the hint rate
-  h_max·(1 − acc) of the problem's unhinted first round (`round_groups`, `curriculum.adhint_rate`).
+  h_max·(1 − acc) of the problem's unhinted first round (`round_groups`, `curriculum.adhint_rate`);
+* ``hindsight`` (HeRL, Zhang et al. 2026): an all-fail group's best failed rollout and the rubric items it failed
+  are the guidance, not a reference solution; the best guided response replaces the group's worst rollout, as an
+  off-policy row, and the failed rollout gets the improvement bonus (`hindsight_groups`).
 
 and trained with the hint in one of two places (`selection.hint_placement`, `placement`):
 
@@ -24,12 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable
+from typing import Callable, Sequence
 
 import jax
 import numpy as np
 
 from rl4llm.data import curriculum
+from rl4llm.rewards import process as process_lib
 from rl4llm.train import rows as rows_lib
 from rl4llm.train.rows import Rows, concat, take
 
@@ -161,5 +165,107 @@ def round_groups(sel, g: int, pad_id: int, examples, key, generate, place: Place
         "selection/unhinted_accuracy": float(accuracy[:, 0].mean()),
         "selection/hinted_accuracy": float(accuracy[:, 1:].mean()),
         "selection/hint_overflow": float(overflow),
+    })
+    return rows, metrics
+
+
+def hindsight_guidance(attempt: str, items: Sequence[str], met: Sequence[bool]) -> str:
+    """HeRL's hindsight guidance (the rewrite prompt of the official code, `_build_self_rewrite_prompt`: the failed
+    draft, then the rubric items it did not meet), in the task's alphabet, appended to the prompt:
+
+        guidance = attempt + "=" + ";".join(items k with met[k] False) + "="
+
+    ``"37+48=85;85-19=60;#60"``, items ``["+48", "-19", "#"]``, met [True, False, False] -> ``"37+48=85;85-19=60;#60
+    =-19;#="``. Departure: the official prompt is prose ("Keep all already satisfied constraints intact and fix the
+    unmet ones ...") and lists the met items too; our tiny models read no prose and their tokenizer has only the
+    task's characters, so the template is the attempt and the unmet items, delimited by the prompt's own ``=``."""
+    return f"{attempt}={';'.join(item for item, ok in zip(items, met) if not ok)}="
+
+
+def improvement_bonus(guided, original, weight: float):
+    """HeRL's bonus on a failed rollout whose hindsight guidance was given, r ← r + λ·(r_guided − r) (official code:
+    `reward_shaping_alpha`, λ = 0.05 in Qwen3_herl.sh): a response the guidance improves more has the larger potential
+    and is favoured. -> λ·(guided − original), elementwise; signed, as the official code's (a guidance that made it
+    worse lowers the reward)."""
+    return weight * (np.asarray(guided, np.float32) - np.asarray(original, np.float32))
+
+
+def ranked(scores: np.ndarray, met: np.ndarray) -> np.ndarray:
+    """Indices of a group's rollouts from best to worst: by reward `scores` [G], then by rubric items met `met` [G],
+    then by index (the first of equals ranks higher): the official code's candidate order."""
+    return np.lexsort((np.arange(scores.size), -met, -scores))
+
+
+def group_guidance(example, texts: Sequence[str], scores: np.ndarray, rubric: process_lib.Rubric
+                   ) -> tuple[int, int, str, int]:
+    """One all-fail group's hindsight guidance: its rollouts' `texts` [G] with rewards `scores` [G], judged by
+    `rubric` against `example`. -> (its best failed rollout and its worst, by `ranked`; the guided prompt: the
+    example's prompt ⊕ `hindsight_guidance` of the best; how many items the best failed)."""
+    rubric_items, rubric_scores = rubric
+    met = [rubric_scores(example.prompt, text, example.answer) for text in texts]
+    order = ranked(scores, np.array([sum(m) for m in met]))
+    best = met[order[0]]
+    guidance = hindsight_guidance(texts[order[0]], rubric_items(example.prompt), best)
+    return int(order[0]), int(order[-1]), example.prompt + guidance, len(best) - sum(best)
+
+
+def hindsight_groups(sel, g: int, pad_id: int, examples, rows: Rows, key, generate, place: PlaceFn, decode,
+                     rubric: process_lib.Rubric) -> tuple[Rows, dict]:
+    """HeRL (Zhang et al. 2026, "Experience is the Best Teacher: Motivating Effective Exploration in Reinforcement
+    Learning for LLMs"; official code sikelifei/HeRL `ray_trainer._augment_with_rewrite_he`): for each group of
+    `rows` (G per example) without a correct rollout (the official `threshold=1.0`: no rollout of full score),
+
+    1. its best failed rollout c (`ranked`: reward, then rubric items met) and the items it failed
+       (`rubric` = `process.RUBRICS[task]`) are the guidance g = `hindsight_guidance`;
+    2. `sel.hindsight_samples` responses are sampled after prompt ⊕ g in the same step, scored against the answer,
+       placed by `place` with an empty hint (``completion``: trained as responses to the original prompt, their
+       behaviour log-probs those under the guidance; ``prompt``: trained in the guided context, the official code's
+       `train_use_rewrite_prompt=True`), off-policy (`Rows.off_policy`: `rl.off_policy.herl` weights f(π_θ/π_b));
+    3. the best guided response (reward, first on ties) replaces the group's worst rollout (the last of `ranked`)
+       when its reward is at least the group's best (official `replace_top_n=1`);
+    4. c's reward gets `improvement_bonus`(best guided reward, c's reward, `sel.hindsight_bonus`).
+
+    Departures (configs/herl.py): one failed rollout per group is rewritten, `hindsight_samples` times (official:
+    every best-scoring one, once); the worst row is replaced, not a random one (c and its bonus stay), no fallback.
+    Metrics: selection/hint_candidates (all-fail groups), hint_rollouts (guided rollouts sampled), hint_solved
+    (groups with a correct guided response), hint_overflow (as `staged_groups`), hindsight_replaced (rows replaced),
+    hindsight_guided_reward (mean reward of the guided responses), hindsight_bonus (mean bonus),
+    hindsight_unmet_items (mean items failed by c)."""
+    failing = np.flatnonzero(rows.main.reshape(-1, g).max(axis=1) <= 0)
+    metrics = {"selection/hint_candidates": float(failing.size), "selection/hint_rollouts": 0.0,
+               "selection/hint_solved": 0.0, "selection/hint_overflow": 0.0, "selection/hindsight_replaced": 0.0}
+    if failing.size == 0:
+        return rows, metrics
+    texts = decode(rows.completion_tokens, rows.completion_mask)
+    scores = rows.scores.reshape(-1, g)
+    best_failed, worst, guided_prompts, unmet = zip(*(
+        group_guidance(examples[i], texts[i * g: (i + 1) * g], scores[i], rubric) for i in failing))
+    chosen, worst = failing * g + np.asarray(best_failed), failing * g + np.asarray(worst)
+    slots = 1 << int(np.ceil(np.log2(failing.size)))  # power-of-two groups: few compiled shapes
+    padded = np.resize(np.arange(failing.size), slots)
+    m = sel.hindsight_samples
+    guided, _ = generate([guided_prompts[k] for k in padded], [examples[failing[k]].answer for k in padded],
+                         np.full(slots, m), jax.random.fold_in(key, HINT_STREAM), [""] * slots,
+                         solutions=[examples[failing[k]].solution for k in padded])
+    guided, overflow = place(guided, [examples[failing[k]].prompt for k in padded], [""] * slots)
+    guided.off_policy = np.ones(guided.scores.size, bool)
+    guided_scores = guided.scores.reshape(slots, m)[: failing.size]
+    best = np.arange(failing.size) * m + guided_scores.argmax(axis=1)
+    bonus = improvement_bonus(guided_scores.max(axis=1), rows.scores[chosen], sel.hindsight_bonus)
+    replace = guided_scores.max(axis=1) >= scores[failing].max(axis=1)
+    rows = dataclasses.replace(rows, scores=rows.scores.copy())
+    rows.scores[chosen] += bonus
+    if replace.any():
+        order = np.arange(rows.scores.size)
+        order[worst[replace]] = rows.scores.size + best[replace]
+        rows = take(concat([rows, guided], pad_id), order)
+    metrics.update({
+        "selection/hint_rollouts": float(slots * m),
+        "selection/hint_solved": float((guided.main.reshape(slots, m)[: failing.size].max(axis=1) > 0).sum()),
+        "selection/hint_overflow": float(overflow),
+        "selection/hindsight_replaced": float(replace.sum()),
+        "selection/hindsight_guided_reward": float(guided_scores.mean()),
+        "selection/hindsight_bonus": float(bonus.mean()),
+        "selection/hindsight_unmet_items": float(np.mean(unmet)),
     })
     return rows, metrics

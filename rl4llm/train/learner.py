@@ -100,7 +100,7 @@ class LearnerConfig:
 
 
 # LearnerBatch fields forwarded to the policy loss when they are set.
-_OPTIONAL_LOSS_INPUTS = ("proxy_logp", "target_advantages", "off_policy_mask")
+_OPTIONAL_LOSS_INPUTS = ("proxy_logp", "target_advantages", "off_policy_mask", "sampler_logp")
 
 
 def coefficients(cfg: LearnerConfig, state: TrainState) -> tuple:

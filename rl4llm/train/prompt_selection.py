@@ -5,7 +5,8 @@
 DOTS / BOTS / uniform pool draw, Knapsack rollout counts; `curricula`: RLVE's and SCALER's difficulty levels,
 StarPO-S's variance filter, SELF's greedy probe), calls the trainer's
 `generate(prompts, answers, counts, key, prefixes) -> Rows` for each generation round, adds hinted rollouts
-(`hints`: GHPO's staged, SEELE's fitted, ADHint's prior), mixes in replayed groups, and returns the step's training rows
+(`hints`: GHPO's staged, SEELE's fitted, ADHint's prior, HeRL's hindsight guidance), mixes in replayed groups, and
+returns the step's training rows
 (N = num_prompts x num_generations) with the updated selection state (`SelectionState`, `DifficultyState`,
 `ScalerState` or None) and the step's selection metrics.
 Everything it draws comes from the step key (generation) and `selection.rng(seed, step, ·)` (choices), so a resumed
@@ -31,6 +32,7 @@ from rl4llm.data import difficulty
 from rl4llm.data import partial_histories
 from rl4llm.data import replay as replay_lib
 from rl4llm.data import selection as selection_lib
+from rl4llm.rewards import process as process_lib
 from rl4llm.train import curricula
 from rl4llm.train import hints
 from rl4llm.train.rows import Rows, concat, take
@@ -79,6 +81,7 @@ class Selector:
         self.encode = encode
         self.decode = decode
         self.place_hints = hints.placement(self.sel, encode, tokenize, pad_id)
+        self.rubric = process_lib.RUBRICS.get(config.task.name)  # HeRL's (hint_schedule 'hindsight')
         self.method = self.sel.method
         # The pool is drawn from the training stream's step data_offset - 1 (no SFT or RL step reads it).
         self.pool = (
@@ -152,7 +155,11 @@ class Selector:
         traces = [[e.solution] * k for e in examples] if k else None
         rows, metrics = generate([e.prompt for e in examples], [e.answer for e in examples], counts, key,
                                  [""] * len(examples), traces, solutions=[e.solution for e in examples])
-        if self.sel.hints:  # hint_schedule 'staged'
+        if self.sel.hints and self.sel.hint_schedule == "hindsight":
+            rows, hint_metrics = hints.hindsight_groups(self.sel, self.num_generations, self.pad_id, examples, rows,
+                                                        key, generate, self.place_hints, self.decode, self.rubric)
+            metrics = {**metrics, **hint_metrics}
+        elif self.sel.hints:  # hint_schedule 'staged'
             rows, hint_metrics = hints.staged_groups(self.sel, self.num_generations, self.pad_id, examples, rows, key,
                                                      generate, self.place_hints)
             metrics = {**metrics, **hint_metrics}
