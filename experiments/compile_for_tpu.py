@@ -121,21 +121,30 @@ def search(config, part: str, candidates, with_candidate, devices, chip, prompt_
     one fits with the state held beside it (at most --plan_compiles). -> (config, programs) or None."""
     from rl4llm.train import aot
 
-    ranked = []
+    ranked, too_big = [], 0
     for candidate in candidates:
-        trial = with_candidate(config, candidate)
-        seconds, _ = aot.step_estimate(aot.compile_run(trial, devices, prompt_len, compile=False, parts=(part,)),
-                                       chip, len(devices))
-        ranked.append((seconds, candidate))
-    ranked.sort(key=lambda x: x[0])
-    print(f"{len(ranked)} {part} layouts; fastest by roofline first:")
-    for seconds, candidate in ranked[:10]:
+        estimate = aot.compile_run(with_candidate(config, candidate), devices, prompt_len, compile=False,
+                                   parts=(part,))
+        if any(p.lower_bound > chip.hbm_bytes for p in estimate):
+            too_big += 1
+            continue
+        seconds, _ = aot.step_estimate(estimate, chip, len(devices))
+        # ties (equal roofline) go to the layout with the smallest fsdp axis: fsdp buys no speed when decoding
+        ranked.append((seconds, candidate.get("sampler_mesh", (0, 0, 0))[1], candidate))
+    ranked.sort(key=lambda x: x[:2])
+    print(f"{len(ranked) + too_big} {part} layouts, {too_big} left out (their weights, KV cache and the state held "
+          f"beside them alone exceed the HBM); fastest by roofline first:")
+    for seconds, _, candidate in ranked[:10]:
         print(f"  {seconds:9.2f} s  {candidate}")
-    for seconds, candidate in ranked[:_PLAN_COMPILES.value]:
+    for seconds, _, candidate in ranked[:_PLAN_COMPILES.value]:
         trial = with_candidate(config, candidate)
         programs = aot.compile_run(trial, devices, prompt_len, parts=(part,))
+        refused = [p.error for p in programs if p.error]
+        if refused:
+            print(f"compiled {part} {candidate}: does not fit ({refused[0]})", flush=True)
+            continue
+        peak = max(p.peak_with_state for p in programs)
         ok = all(p.fits_chip(chip) for p in programs)
-        peak = max((p.peak_with_state for p in programs if p.memory is not None), default=0)
         print(f"compiled {part} {candidate}: {'fits' if ok else 'does not fit'} (largest peak with the state "
               f"{peak / GIB:.2f} GiB)", flush=True)
         if ok:
@@ -194,7 +203,8 @@ def main(argv):
             f" --config.mesh.sampler=colocated --config.mesh.sampler_data={m.sampler_data} "
             f"--config.mesh.sampler_fsdp={m.sampler_fsdp} --config.mesh.sampler_tensor={m.sampler_tensor}")
         print(f"best layout: --mesh={m.data},{m.fsdp},{m.tensor} --config.model.remat={config.model.remat} "
-              f"--config.rl.micro_batch_size={config.rl.micro_batch_size}{sampler}")
+              f"--config.rl.micro_batch_size={config.rl.micro_batch_size} "
+              f"--config.sampling.rows_per_call={config.sampling.rows_per_call}{sampler}")
     else:
         programs = aot.compile_run(config, devices, prompt_len, parts=tuple(_PROGRAMS.value))
     r = report(config, _TOPOLOGY.value, programs, chip, len(devices))

@@ -172,16 +172,32 @@ def test_colocated_sampler_holds_a_compute_dtype_copy_beside_the_state():
 
 def test_planner_searches_sampler_layouts_after_the_learners():
     """The sampler's candidates: the learner's own mesh, or any colocated layout of the same chips whose tensor size
-    divides the heads; the roofline ranks the tensor-parallel copy first (it streams the fewest bytes per token)."""
+    divides the heads, each with the whole step per call or half of it; the roofline ranks the tensor-parallel copy
+    and one call first (the fewest bytes streamed per token, the weights streamed once). Each carries the analytic
+    lower bound of its memory the planner uses to skip layouts without compiling them."""
     config = small_run("tiny", (1, 4, 1)).replace(model={"dtype": "bfloat16"})
     candidates = aot.sampler_candidates(config, 4, models.get_config("tiny"))
-    assert candidates[0] == {"sampler": "shared"}
-    assert {c["sampler_mesh"] for c in candidates[1:]} == {
+    assert {c["rows_per_call"] for c in candidates} == {ROWS, ROWS // 2}  # whole groups of 4
+    assert {c["sampler"] for c in candidates if "sampler_mesh" not in c} == {"shared"}
+    assert {c["sampler_mesh"] for c in candidates if "sampler_mesh" in c} == {
         (1, 4, 1), (2, 2, 1), (4, 1, 1), (1, 2, 2), (2, 1, 2), (1, 1, 4)}
+    assert len(candidates) == 2 * 7
     devices, chip = tpu.topology_devices("v5e:2x2"), tpu.CHIPS["v5e"]
-    seconds = {str(c): aot.step_estimate(aot.compile_run(aot.with_sampler_layout(config, c), devices, PROMPT_LEN,
-                                                         compile=False, parts=("sampler",)), chip, 4)[0]
-               for c in candidates}
-    assert min(seconds, key=seconds.get) == str({"sampler": "colocated", "sampler_mesh": (1, 1, 4)})
+    estimates = {str(c): aot.compile_run(aot.with_sampler_layout(config, c), devices, PROMPT_LEN, compile=False,
+                                         parts=("sampler",)) for c in candidates}
+    seconds = {k: aot.step_estimate(v, chip, 4)[0] for k, v in estimates.items()}
+    assert min(seconds, key=seconds.get) == str({"sampler": "colocated", "sampler_mesh": (1, 1, 4),
+                                                 "rows_per_call": ROWS})
+    half = aot.with_sampler_layout(config, {"sampler": "shared", "rows_per_call": ROWS // 2})
+    assert half.sampling.rows_per_call == ROWS // 2 and half.mesh.sampler == "shared"
+    assert aot.with_sampler_layout(config, {"sampler": "shared", "rows_per_call": ROWS}).sampling.rows_per_call == 0
+    # lower bound: the sampler's weights (float32 FSDP shards on the shared mesh) + its KV cache + the state but its
+    # params; half the rows per call, half the KV cache
+    cfg, n = models.get_config("tiny"), num_params("tiny")
+    kv = lambda rows: 2 * cfg.num_layers * rows * cfg.num_kv_heads * (PROMPT_LEN + NEW_TOKENS) * cfg.head_dim * 2  # noqa
+    bound = {r: next(p for p in estimates[str({"sampler": "shared", "rows_per_call": r})]
+                     if p.name == "sampler.generate").lower_bound for r in (ROWS, ROWS // 2)}
+    assert bound[ROWS] - bound[ROWS // 2] == pytest.approx((kv(ROWS) - kv(ROWS // 2)) / 4)
+    assert STATE_BYTES_PER_PARAM * n / 4 <= bound[ROWS] <= PADDING * STATE_BYTES_PER_PARAM * n / 4 + kv(ROWS)
     with pytest.raises(ValueError, match="parts"):
         aot.compile_run(config, devices, PROMPT_LEN, compile=False, parts=("critic",))

@@ -21,7 +21,7 @@ def get_config():
             python -m experiments.train --config=configs/scale/llama3_1_70b_grpo_gsm8k.py --workdir=/mnt/shared/l70 \\
             --config.distributed.initialize=True"
 
-    Measured with that command (commit 0f0d2e8, per chip, of v5p's 95 GiB; "with the state": plus the run's state
+    Measured with that command (commit a109fbb, per chip, of v5p's 95 GiB; "with the state": plus the run's state
     held in HBM beside the program and not among its arguments): fits. Learner step peak 45.21 GiB (arguments 16.43:
     float32 params, Adam moments and the float32 KL reference over 64 chips; temporaries 28.45); behaviour pass 9.68
     GiB, 22.00 with the state; sampler per call of 1,280 rows 47.48 GiB (arguments 32.86: the bfloat16 copy;

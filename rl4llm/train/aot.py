@@ -6,10 +6,12 @@
 from the logical-axis rules on the config's mesh over `devices` (`parallel.layout.Layout`), and the run's own
 programs (`train.programs.build_rl_programs`: the learner step with its loss, KL reference and critic; the
 behaviour pass) plus the sampler's `generate` (prefill into a KV cache, then the decode loop) on the sampler mesh
-and, when the sampler has its own layout, the learner -> sampler weight reshard. Each is lowered on
-ShapeDtypeStructs of the shapes one RL step feeds it and compiled for those devices; `Program` keeps its compiled
-memory (`parallel.tpu.MemoryUse`), compile time, XLA's FLOP count and the analytic phases of its roofline
-(`train.aot_costs`). PRIME's implicit PRM and agent (multi-turn) runs are not covered.
+and, when the sampler has its own layout, the cast of its weights copy (`parallel.layout.sampler_weights`) before
+the transfer to it. Each is lowered on ShapeDtypeStructs of the shapes one RL step feeds it and compiled for those
+devices; `Program` keeps its compiled memory (`parallel.tpu.MemoryUse`), the bytes of the run's state held in HBM
+beside it (`Program.resident`), compile time, XLA's FLOP count and the analytic phases of its roofline
+(`train.aot_costs`). `plan_candidates` / `sampler_candidates` are the layouts `experiments/compile_for_tpu.py --plan`
+searches. PRIME's implicit PRM and agent (multi-turn) runs are not covered.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ class Program:
     # per-device bytes of the run's state that stay in HBM while this program runs without being among its
     # arguments (Adam's moments and the KL reference while the sampler decodes): they count against the chip too
     resident: float = 0.0
+    # per-device bytes the program needs at least, known without compiling (the sampler: its weights, its KV cache
+    # and the state held beside it); the planner does not compile a layout whose bound exceeds the HBM
+    lower_bound: float = 0.0
 
     @property
     def fits(self) -> bool:
@@ -159,13 +164,13 @@ def critic_batch(batch: learner_lib.LearnerBatch) -> critic_lib.CriticBatch:
 
 
 def compile_program(name: str, fn: Callable, args: tuple, phases, calls: int = 1, *,
-                    compile: bool = True, resident: float = 0.0) -> Program:
+                    compile: bool = True, resident: float = 0.0, lower_bound: float = 0.0) -> Program:
     """`fn.lower(*args).compile()` (fn jitted) timed, with its memory and XLA's FLOPs per device. The TPU compiler
     refuses a program whose buffers exceed the chip's HBM (RESOURCE_EXHAUSTED, naming the bytes it needs): that
     message is kept as the program's `error`. `compile=False`: only the analytic phases (memory None). `resident`:
-    the state's bytes per device held beside it (`Program.resident`)."""
+    the state's bytes per device held beside it (`Program.resident`); `lower_bound`: `Program.lower_bound`."""
     if not compile:
-        return Program(name, None, 0.0, 0.0, tuple(phases), calls, resident=resident)
+        return Program(name, None, 0.0, 0.0, tuple(phases), calls, resident=resident, lower_bound=lower_bound)
     t0 = time.perf_counter()
     try:
         compiled = fn.lower(*args).compile()
@@ -174,13 +179,13 @@ def compile_program(name: str, fn: Callable, args: tuple, phases, calls: int = 1
             raise
         print(f"{name} does not fit: {str(e).splitlines()[0]}", flush=True)
         return Program(name, None, time.perf_counter() - t0, 0.0, tuple(phases), calls, str(e).splitlines()[0],
-                       resident)
+                       resident, lower_bound)
     seconds = time.perf_counter() - t0
     print(f"compiled {name} in {seconds:.0f} s", flush=True)
     cost = compiled.cost_analysis() or {}
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return Program(name, tpu.MemoryUse.of(compiled), seconds, float(cost.get("flops", 0.0)), tuple(phases), calls,
-                   resident=resident)
+                   resident=resident, lower_bound=lower_bound)
 
 
 def rollout_rows(config) -> int:
@@ -216,9 +221,11 @@ def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
                             dict(mesh.shape))
     state_bytes, params_bytes = resident
     held = {"shared": state_bytes - params_bytes, "colocated": state_bytes, "disaggregated": 0.0}
+    cache = costs.kv_cache_read(n, prompt_len + sampling_cfg.max_new_tokens)
     out = [build("sampler.generate", layout.generate_program(sampling_cfg), args,
                  costs.generate(n, prompt_len, sampling_cfg.max_new_tokens, prompts), calls,
-                 resident=held[layout.meshes.placement])]
+                 resident=held[layout.meshes.placement],
+                 lower_bound=aot_costs.per_device_bytes(sampler_params) + cache + held[layout.meshes.placement])]
     if layout.meshes.placement == "colocated":
         # As `Layout.sampler_params` runs it: the cast where the learner's shards are (compiled here), then a
         # device_put to the sampler's layout, a transfer between two meshes (its device order differs, so no one
@@ -341,26 +348,31 @@ def with_layout(config: config_lib.RunConfig, candidate: dict) -> config_lib.Run
 
 
 def sampler_candidates(config, num_devices: int, model_cfg: models.ModelConfig) -> list[dict]:
-    """The sampler layouts a planner compiles, for the learner layout `config` already has: its own mesh
-    ("shared": the sampler reads the learner's arrays) or the same devices in any (data, fsdp, tensor) layout
-    whose tensor size divides the query heads and whose data·fsdp divides the rows of one sampler call
-    ("colocated": a copy of the weights in the compute dtype, resharded after each update) -- as config overrides
-    {"sampler": "shared"} / {"sampler": "colocated", "sampler_mesh": (d, f, t)}. Decoding streams every weight per
-    token, split only by `tensor`, so the roofline favours tensor-parallel samplers; fsdp only buys memory."""
-    rows = completions.prompts_per_call(config, config.rl.num_prompts) * config.rl.num_generations
-    out = [dict(sampler="shared")]
+    """The sampler layouts a planner compiles, for the learner layout `config` already has: its own mesh ("shared":
+    the sampler reads the learner's arrays) or the same devices in any (data, fsdp, tensor) layout whose tensor size
+    divides the query heads ("colocated": a copy of the weights in the compute dtype, made after each update); each
+    with every `rows_per_call` R (the step's rows, or 1/2, 1/4, ..., 1/64 of them, in whole groups). As config
+    overrides {"sampler": "shared", "rows_per_call": R} / {"sampler": "colocated", "sampler_mesh": (d, f, t),
+    "rows_per_call": R}. Decoding streams every weight per token, split only by `tensor`, so the roofline favours
+    tensor-parallel samplers and few calls; fsdp and smaller calls only buy memory (less of the weights, less KV
+    cache)."""
+    g = config.rl.num_generations
+    rows = config.rl.num_prompts * g
+    per_call = [rows // k for k in (1, 2, 4, 8, 16, 32, 64) if rows % k == 0 and (rows // k) % g == 0]
+    layouts = [dict(sampler="shared")]
     for tensor in (t for t in range(1, num_devices + 1) if num_devices % t == 0 and model_cfg.num_heads % t == 0):
         shards = num_devices // tensor
-        for data in (d for d in range(1, shards + 1) if shards % d == 0):
-            if rows % shards == 0:
-                out.append(dict(sampler="colocated", sampler_mesh=(data, shards // data, tensor)))
-    return out
+        layouts += [dict(sampler="colocated", sampler_mesh=(data, shards // data, tensor))
+                    for data in range(1, shards + 1) if shards % data == 0]
+    return [dict(layout, rows_per_call=r) for layout in layouts for r in per_call]
 
 
 def with_sampler_layout(config: config_lib.RunConfig, candidate: dict) -> config_lib.RunConfig:
     """`config` with a sampler candidate of `sampler_candidates`."""
+    rows = candidate["rows_per_call"]
+    rows_per_call = 0 if rows == config.rl.num_prompts * config.rl.num_generations else rows
     if candidate["sampler"] == "shared":
-        return config.replace(mesh=dict(sampler="shared"))
+        return config.replace(mesh=dict(sampler="shared"), sampling=dict(rows_per_call=rows_per_call))
     data, fsdp, tensor = candidate["sampler_mesh"]
-    return config.replace(mesh=dict(sampler="colocated", sampler_data=data, sampler_fsdp=fsdp,
-                                    sampler_tensor=tensor))
+    return config.replace(mesh=dict(sampler="colocated", sampler_data=data, sampler_fsdp=fsdp, sampler_tensor=tensor),
+                          sampling=dict(rows_per_call=rows_per_call))
