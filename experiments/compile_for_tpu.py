@@ -130,10 +130,10 @@ def search(config, part: str, candidates, with_candidate, devices, chip, prompt_
             continue
         seconds, _ = aot.step_estimate(estimate, chip, len(devices))
         # ties (equal roofline) go to the layout with the smallest fsdp axis: fsdp buys no speed when decoding
-        ranked.append((seconds, candidate.get("sampler_mesh", (0, 0, 0))[1], candidate))
+        ranked.append((round(seconds, 3), candidate.get("sampler_mesh", (0, 0, 0))[1], candidate))
     ranked.sort(key=lambda x: x[:2])
-    print(f"{len(ranked) + too_big} {part} layouts, {too_big} left out (their weights, KV cache and the state held "
-          f"beside them alone exceed the HBM); fastest by roofline first:")
+    print(f"{len(ranked) + too_big} {part} layouts, {too_big} left out (what they need at least, `Program.lower_bound`, "
+          f"exceeds the HBM); fastest by roofline first:")
     for seconds, _, candidate in ranked[:10]:
         print(f"  {seconds:9.2f} s  {candidate}")
     for seconds, _, candidate in ranked[:_PLAN_COMPILES.value]:

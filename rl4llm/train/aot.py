@@ -221,11 +221,12 @@ def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
                             dict(mesh.shape))
     state_bytes, params_bytes = resident
     held = {"shared": state_bytes - params_bytes, "colocated": state_bytes, "disaggregated": 0.0}
-    cache = costs.kv_cache_read(n, prompt_len + sampling_cfg.max_new_tokens)
+    # at least: the weights, the KV cache, the prefill's MLP activations, and the state held beside them
+    floor = (aot_costs.per_device_bytes(sampler_params) + costs.kv_cache_read(n, prompt_len + sampling_cfg.max_new_tokens)
+             + costs.prefill_mlp_bytes(prompts, prompt_len) + held[layout.meshes.placement])
     out = [build("sampler.generate", layout.generate_program(sampling_cfg), args,
                  costs.generate(n, prompt_len, sampling_cfg.max_new_tokens, prompts), calls,
-                 resident=held[layout.meshes.placement],
-                 lower_bound=aot_costs.per_device_bytes(sampler_params) + cache + held[layout.meshes.placement])]
+                 resident=held[layout.meshes.placement], lower_bound=floor)]
     if layout.meshes.placement == "colocated":
         # As `Layout.sampler_params` runs it: the cast where the learner's shards are (compiled here), then a
         # device_put to the sampler's layout, a transfer between two meshes (its device order differs, so no one

@@ -102,6 +102,15 @@ class Costs:
         heads = cfg.num_kv_heads // self.tensor if cfg.num_kv_heads % self.tensor == 0 else cfg.num_kv_heads
         return 2.0 * cfg.num_layers * local_rows * heads * slots * cfg.head_dim * jnp.dtype(cfg.dtype).itemsize
 
+    def prefill_mlp_bytes(self, rows: int, length: int) -> float:
+        """Bytes of one chip's SwiGLU gate and up outputs ([rows, length, I] each, compute dtype) in a forward over
+        `rows` x `length` tokens: live at once in every block, so a floor on that forward's temporaries."""
+        cfg = self.cfg
+        local_rows = rows // self.batch_shards if rows % self.batch_shards == 0 else rows
+        width = cfg.intermediate_size // self.tensor if cfg.intermediate_size % self.tensor == 0 else \
+            cfg.intermediate_size
+        return 2.0 * local_rows * length * width * jnp.dtype(cfg.dtype).itemsize
+
     def generate(self, rows: int, prompt_len: int, new_tokens: int, prefill_rows: int | None = None) -> list[Phase]:
         """Prefill of the prompts (logits of the last token only; `prefill_rows` distinct prompts forked to the
         `rows` when given, else one per row), then `new_tokens - 1` decode steps, each reading every weight and
