@@ -68,6 +68,7 @@ RECIPES = (
     "prof",
     "tp_grpo",
     "prm_clip",
+    "prm_learned",
     "cooper",
     "exit",
     "arrol",
@@ -146,6 +147,8 @@ MECHANISMS = {
     "tp_grpo": ("process/reward_abs", "process/thoughts_per_response"),
     # a flawed step costs η = 0.5 (the nano policy's steps are mostly flawed)
     "prm_clip": ("process/reward_abs", "process/steps_per_response"),
+    # the (random nano) PRM scored the steps the judge segments, and Clip turned its scores below η into rewards
+    "prm_learned": ("prm/step_score_mean", "prm/score_sum", "process/reward_abs"),
     # the verifier split groups (the parity reward) and the RM took Bradley-Terry steps on their pairs
     "cooper": ("reward_model/pairs", "reward_model/grad_norm"),
     # groups the parity reward does not always reward got a hint (h_max (1 - acc)), trained off-policy in the
@@ -199,8 +202,16 @@ def _tiny_reward_model(tmp_path) -> dict:
     return {"reward_model.checkpoint": str(tmp_path / "rm")}
 
 
+def _tiny_process_reward_model(tmp_path) -> dict:
+    from tests.test_process_reward_model import write_tiny_prm
+
+    write_tiny_prm(str(tmp_path / "prm"))
+    return {"task.step_reward_model": str(tmp_path / "prm")}
+
+
 # recipe -> (tmp_path -> overrides): what a recipe reads from disk, written for its run
-PREPARE = {"grpo_soft_verifier": _tiny_verifier, "cooper": _tiny_reward_model}
+PREPARE = {"grpo_soft_verifier": _tiny_verifier, "cooper": _tiny_reward_model,
+           "prm_learned": _tiny_process_reward_model}
 
 
 def _parity_reward(completion: str, answer: str) -> float:
@@ -213,14 +224,14 @@ def shrink(config):
     tiny = tiny_config()
     task = config.task  # the recipe's reward shaping, extra reward components and process judge stay
     shaping = (task.length_shaping, task.length_shaping_kwargs, task.extra_rewards, task.extra_rewards_mode,
-               task.flaw_judge, task.flaw_penalty, task.step_reward, task.step_reward_eta)
+               task.flaw_judge, task.flaw_penalty, task.step_reward, task.step_reward_eta, task.step_reward_model)
     adaptive_temperature = (config.sampling.temperature_tau, config.sampling.temperature_pivot)  # HAPO's stays
     for section in ("task", "model", "sampling", "sft", "eval", "checkpoint"):
         config[section] = tiny[section]
     config.sft.steps = SFT_STEPS
     (config.task.length_shaping, config.task.length_shaping_kwargs, config.task.extra_rewards,
      config.task.extra_rewards_mode, config.task.flaw_judge, config.task.flaw_penalty, config.task.step_reward,
-     config.task.step_reward_eta) = shaping
+     config.task.step_reward_eta, config.task.step_reward_model) = shaping
     config.sampling.temperature_tau, config.sampling.temperature_pivot = adaptive_temperature
     config.log_every = tiny.log_every
     config.rl.steps = RL_STEPS
