@@ -484,12 +484,18 @@ def test_every_reproduction_arm_is_a_valid_config():
                 assert config.reward_model.checkpoint == os.path.join(rm_dir, "reward_model"), (name, arm)
                 config.reward_model.checkpoint = ""  # (and co-training needs one)
                 config.reward_model.co_train = False
+            if study.arms[arm]().task.step_reward_model:  # the study's PRM of this seed, not trained here
+                prm_dir = reproduce.reward_model_dir("/root", name, study.arms[arm]().task.step_reward_model[3:], 2)
+                assert config.task.step_reward_model == os.path.join(prm_dir, "reward_model"), (name, arm)
+                config.task.step_reward_model = ""  # the judge's labels in its place
             config_lib.parse(config)
             assert config.rl.steps == study.rl_steps and config.seed == study.seeds[-1], (name, arm)
         for rm_name in study.reward_models:
             rm_config = reproduce.reward_model_config(study, rm_name, 1, "/root")
             assert rm_config.seed == 1, (name, rm_name)
-            assert rm_config.reward_model.sample_from in ("", reproduce.warm_start_dir("/root")), (name, rm_name)
+            for field in ("sample_from", "init_from"):  # the warm start, not trained here
+                assert rm_config.reward_model[field] in ("", reproduce.warm_start_dir("/root")), (name, rm_name)
+            rm_config.reward_model.init_from = ""
             config_lib.parse(rm_config)
 
 
