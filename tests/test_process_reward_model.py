@@ -186,3 +186,25 @@ def test_config_errors_name_the_field(tmp_path):
     c.rl.advantage_kwargs = {}
     with pytest.raises(config_lib.ConfigError, match=r"config\.task\.step_reward_model=.*set it"):
         config_lib.parse(c)
+
+
+def test_the_rl_step_reads_the_prms_scores_in_place_of_the_judges_labels(tokenizer):
+    """`rollouts.with_step_reward_model`: the scores that reach the step rewards are the PRM's at the step ends of the
+    `[prompt | completion]` rows (one call for the batch), and its metrics compare them with the judge's labels."""
+    from rl4llm.train import rollouts
+
+    params, batch, width = _params(), _encode(tokenizer), 24
+    scorer = prm.Scorer(CFG, params, {"objective": "process"})
+    setup = rollouts.Setup(*[None] * 9, step_reward_model=scorer)
+    ends, labels = batch.step_ends[:, -width:], batch.step_labels[:, -width:]
+    metrics = {}
+    got = rollouts.with_step_reward_model(setup, batch.tokens, batch.attention_mask, labels, ends, metrics)
+    direct = np.asarray(prm.step_scores(CFG, params, batch.tokens, batch.attention_mask, batch.step_ends))
+    np.testing.assert_allclose(got, direct[:, -width:], rtol=1e-6, atol=1e-7)
+    s, ell = got[ends], labels[ends]
+    assert metrics["prm/step_score_mean"] == pytest.approx(s.mean(), rel=1e-6)
+    assert metrics["prm/judge_sound_frac"] == pytest.approx(6 / 8)
+    assert metrics["prm/step_agreement"] == pytest.approx(np.mean((s > 0.5) == (ell > 0.5)))
+    per_row = [got[i][ends[i]] for i in range(len(PROMPTS))]
+    assert metrics["prm/score_sum"] == pytest.approx(np.mean([r.sum() for r in per_row]), rel=1e-6)
+    assert metrics["prm/response_min_score"] == pytest.approx(np.mean([r.min() for r in per_row]), rel=1e-6)

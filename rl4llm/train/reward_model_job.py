@@ -156,7 +156,8 @@ def pool_batch(pool, batch_size: int, rng: np.random.Generator):
 
 def train_batch(config, task, tokenizer, step: int, pool: rm.PairBatch | None = None):
     """The batch of update `step` (a pure function of the seed and step): drawn from the `pool` of sampled pairs
-    (`policy_pairs`) when there is one, else the reference vs corrupted pairs of the step's training problems."""
+    (`policy_pairs`; a PRM's sampled sequences, `policy_step_sequences`) when there is one, else the reference vs
+    corrupted pairs of the step's training problems."""
     rng = np.random.default_rng((config.seed, _TRAIN_STREAM, step))
     objective = config.reward_model.objective
     if pool is not None:
@@ -170,7 +171,7 @@ def train_batch(config, task, tokenizer, step: int, pool: rm.PairBatch | None = 
     if objective == prm.OBJECTIVE:
         return step_sequences(config, tokenizer, examples, rng)
     pairs = preference_pairs(config, tokenizer, examples, rng)
-    return pairs if config.reward_model.objective == "bradley_terry" else as_labelled(pairs)
+    return pairs if objective == "bradley_terry" else as_labelled(pairs)
 
 
 def judge_texts(config, tokenizer, examples, rng: np.random.Generator) -> rm.LabelBatch:
