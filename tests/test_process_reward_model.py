@@ -208,3 +208,17 @@ def test_the_rl_step_reads_the_prms_scores_in_place_of_the_judges_labels(tokeniz
     per_row = [got[i][ends[i]] for i in range(len(PROMPTS))]
     assert metrics["prm/score_sum"] == pytest.approx(np.mean([r.sum() for r in per_row]), rel=1e-6)
     assert metrics["prm/response_min_score"] == pytest.approx(np.mean([r.min() for r in per_row]), rel=1e-6)
+
+
+def test_bad_input_gets_defined_scores_never_an_error(tokenizer):
+    """An empty completion (its eos alone) has no step end: no score, and it adds nothing to the loss; an over-long
+    one keeps its first tokens, the steps ending inside them scored, the cut segment on the last kept token."""
+    long = ";".join(["1+1=2"] * 20) + ";#2"
+    batch = _encode(tokenizer, ["1+1=", "1+1="], ["", long], width=16)
+    assert not batch.step_ends[0].any()
+    kept = tokenizer.decode(batch.tokens[1, -16:].tolist())
+    assert batch.step_ends[1].sum() == kept.count(";") + 1  # the cut segment ends on the last kept token
+    scores = prm.step_scores(CFG, _params(), batch.tokens, batch.attention_mask, batch.step_ends)
+    assert np.isfinite(np.asarray(scores)).all() and not np.asarray(scores)[0].any()
+    loss, metrics = prm.step_bce_objective(CFG, _params(), batch)
+    assert np.isfinite(float(loss)) and float(metrics["steps"]) == batch.step_ends[1].sum()
