@@ -222,3 +222,47 @@ def test_bad_input_gets_defined_scores_never_an_error(tokenizer):
     assert np.isfinite(np.asarray(scores)).all() and not np.asarray(scores)[0].any()
     loss, metrics = prm.step_bce_objective(CFG, _params(), batch)
     assert np.isfinite(float(loss)) and float(metrics["steps"]) == batch.step_ends[1].sum()
+
+
+def test_prm_sampled_from_a_policy_keeps_every_completion_with_the_judges_labels(tmp_path):
+    """`reward_model.sample_from` with objective "process": every one of the policy's G completions of each prompt is
+    a training sequence (the same samples as a regeneration with the same key), its steps labelled by the judge; the
+    job trains on the pool and reports its counts."""
+    from rl4llm.train import batches
+    from rl4llm.train import evaluate as evaluate_lib
+    from rl4llm.train import job
+    from rl4llm.train import runs
+
+    c = rm_config(objective="process")
+    c.sft.steps, c.sft.batch_size, c.rl.steps = 2, 8, 0
+    c.eval.num_examples, c.eval.pass_n, c.eval.pass_k = 4, 1, (1,)
+    job.run(c, str(tmp_path / "policy"))
+    c.rl.num_generations = 4
+    c.reward_model.update(dict(sample_from=str(tmp_path / "policy"), sample_prompts=6, eval_pairs=5, steps=3,
+                               eval_every=3))
+    config = config_lib.parse(c)
+    policy = runs.restore_policy(str(tmp_path / "policy"))
+    examples = policy.setup.task.source.train_examples(0, 6)
+    key = jax.random.key(5)
+    batch, metrics = reward_model_job.policy_step_sequences(config, policy.setup.tokenizer, policy, examples, key)
+    prompts = [e.prompt for e in examples for _ in range(4)]
+    again = evaluate_lib.generate_scored(
+        policy.setup.model_cfg, policy.params, policy.setup.tokenizer, prompts,
+        [e.answer for e in examples for _ in range(4)], key, policy.setup.rollout_cfg, policy.setup.eval_spec,
+        policy.setup.score_fn)
+    policy.close()
+    t = config.sampling.max_new_tokens
+    expected = prm.encode_steps(policy.setup.tokenizer, JUDGE, prompts, list(again.texts),
+                                prompt_bucket=config.sampling.prompt_bucket, completion_len=t)
+    for field in ("tokens", "attention_mask", "step_ends", "step_labels"):
+        np.testing.assert_array_equal(getattr(batch, field), getattr(expected, field))
+    assert metrics["sequences"] == 24
+    texts = batches.decode_completions(policy.setup.tokenizer, np.asarray(batch.tokens)[:, -t:],
+                                       np.asarray(batch.attention_mask)[:, -t:] > 0)
+    labels = [np.asarray(batch.step_labels)[i][np.asarray(batch.step_ends)[i]].tolist() for i in range(24)]
+    judged = [[float(v) for v in JUDGE(p, text)] for p, text in zip(prompts, texts)]
+    whole = [(row, judge) for row, judge in zip(labels, judged) if len(row) == len(judge)]  # no segment cut off
+    assert whole and all(row == judge for row, judge in whole)
+    assert metrics["sound_step_frac"] == pytest.approx(np.mean([v for row in labels for v in row]))
+    summary = reward_model_job.run(c, str(tmp_path / "prm"))
+    assert summary["pool/sequences"] == 24 and summary["held_out/sequences"] == 20 and summary["rm_steps"] == 3

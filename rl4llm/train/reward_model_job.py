@@ -130,8 +130,9 @@ def step_sequences(config, tokenizer, examples, rng: np.random.Generator) -> prm
 def policy_step_sequences(config, tokenizer, policy: runs.Policy, examples, key) -> tuple[prm.StepBatch, dict]:
     """The PRM's sequences from `policy`'s own completions of `examples` ("process"): G = `config.rl.num_generations`
     samples of each prompt at its rollout settings (`evaluate.generate_scored`, `key`), every one kept, its steps
-    labelled by the judge. -> (StepBatch, metrics `sequences`, `accepted_frac` (the verifier's), `sound_step_frac`
-    (the judge's, over all steps))."""
+    labelled by the judge; encoded from their text as `policy_pairs`' are (a sample whose tokens do not survive
+    decoding, an untrained policy's, is read as its text). -> (StepBatch, metrics `sequences`, `accepted_frac` (the
+    verifier's), `sound_step_frac` (the judge's, over all steps))."""
     g = config.rl.num_generations
     prompts, answers = [e.prompt for e in examples for _ in range(g)], [e.answer for e in examples for _ in range(g)]
     setup = policy.setup
