@@ -7,7 +7,8 @@ Each study (`STUDIES`) names its arms (a recipe of configs/ with the study's ove
 evaluation cadence and the metric keys it keeps. The script
   1. trains the warm start once (`<root>/warm_start`: the default SFT stage, seed 0, no RL), and the study's reward
      models, one per (name, seed) in `<root>/<study>/reward_models/<name>/seed<k>` (`ensure_reward_models`; an arm
-     reads the seed's RM through `reward_model__checkpoint="rm:<name>"`), `--workers` at a time,
+     reads the seed's RM through `reward_model__checkpoint="rm:<name>"`, or its PRM through
+     `task__step_reward_model="rm:<name>"`), `--workers` at a time,
   2. runs every (arm, seed) not finished yet in `<root>/<study>/<arm>/seed<k>`, a copy of the warm start (so every
      run starts from the same policy; the seed changes the RL data order and sampling), `--workers` at a time, each
      in its own process (`--job=<arm>/<seed>` runs one), seed-major (every arm's first seed before any second seed);
@@ -319,6 +320,32 @@ STUDIES = {
             "corrupted": dict(reward_model__steps=300, reward_model__eval_every=50),
         },
     ),
+    # Gao et al.'s claim, which process_rewards could not test (an exact judge cannot be farmed): step rewards from a
+    # LEARNED PRM (trained per seed on the exact judge's labels of the warm start's own samples, its trunk the warm
+    # start's) — raw (whose return grows with the steps: hackable), Clip, Delta — against GRPO with the judge watching
+    # (the fapo study's arm: same config and seeds). The judge measures what the PRM rewards: prm/judge_sound_frac vs
+    # prm/step_score_mean, judge/* and eval/* soundness beside the PRM's prm/score_sum and steps per response.
+    "learned_prm": Study(
+        arms={"grpo": _recipe("default", task__flaw_judge="arithmetic_steps"),
+              "prm": _recipe("prm_learned", task__step_reward="prm", task__step_reward_model="rm:process"),
+              "prm_clip": _recipe("prm_learned", task__step_reward_model="rm:process"),
+              "prm_delta": _recipe("prm_learned", task__step_reward="prm_delta", task__step_reward_model="rm:process")},
+        seeds=(0, 1, 2),
+        rl_steps=100,
+        eval_every=25,
+        keys=_COMMON_KEYS + (
+            "reward/exact_answer", "judge/flawed_positive_frac", "judge/sound_accuracy", "judge/flawed_frac",
+            "process/reward_abs", "process/sound_step_frac", "process/steps_per_response",
+            "prm/step_score_mean", "prm/judge_sound_frac", "prm/step_agreement", "prm/score_sum",
+            "prm/response_min_score", "eval/flawed_positive_frac", "eval/sound_accuracy", "eval/flawed_frac",
+            "eval/sampled_flawed_positive_frac", "eval/sampled_sound_accuracy", "eval/sampled_flawed_frac"),
+        description="Step rewards from a learned PRM: raw PRM, PRM Clip, PRM Delta vs GRPO",
+        reward_models={
+            "process": dict(reward_model__objective="process", reward_model__sample_from="warm_start",
+                            reward_model__init_from="warm_start", reward_model__sample_prompts=256,
+                            reward_model__steps=300, reward_model__eval_every=50),
+        },
+    ),
     # The longer horizon of guidance_hard's two extremes: LUFFY's policy learns the traces' longer answers yet its pass@k
     # falls over 40 steps, while GRPO's barely moves. Does either change with 2.5x the steps?
     "guidance_hard_long": Study(
@@ -333,14 +360,15 @@ STUDIES = {
 
 
 def run_config(study: Study, arm: str, seed: int, root: str = _ROOT.default, study_name: str = ""):
-    """The full config of one run: the arm's recipe with the study's seed, steps and cadence; a reward model named
-    "rm:<name>" is the study's RM of that name and seed under `root`."""
+    """The full config of one run: the arm's recipe with the study's seed, steps and cadence; a reward model (or PRM)
+    named "rm:<name>" is the study's RM of that name and seed under `root`."""
     config = study.arms[arm]()
-    if config.reward_model.checkpoint.startswith("rm:"):
-        name = config.reward_model.checkpoint.removeprefix("rm:")
-        if name not in study.reward_models:
-            raise ValueError(f"arm {arm}: no reward model {name!r} in the study ({list(study.reward_models)})")
-        config.reward_model.checkpoint = os.path.join(reward_model_dir(root, study_name, name, seed), "reward_model")
+    for section, field in (("reward_model", "checkpoint"), ("task", "step_reward_model")):
+        if config[section][field].startswith("rm:"):
+            name = config[section][field].removeprefix("rm:")
+            if name not in study.reward_models:
+                raise ValueError(f"arm {arm}: no reward model {name!r} in the study ({list(study.reward_models)})")
+            config[section][field] = os.path.join(reward_model_dir(root, study_name, name, seed), "reward_model")
     config.seed = seed
     config.rl.steps = study.rl_steps
     config.eval.every = study.eval_every

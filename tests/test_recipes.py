@@ -68,6 +68,7 @@ RECIPES = (
     "prof",
     "tp_grpo",
     "prm_clip",
+    "prm_learned",
     "cooper",
     "exit",
     "arrol",
@@ -146,6 +147,8 @@ MECHANISMS = {
     "tp_grpo": ("process/reward_abs", "process/thoughts_per_response"),
     # a flawed step costs η = 0.5 (the nano policy's steps are mostly flawed)
     "prm_clip": ("process/reward_abs", "process/steps_per_response"),
+    # the (random nano) PRM scored the steps the judge segments, and Clip turned its scores below η into rewards
+    "prm_learned": ("prm/step_score_mean", "prm/score_sum", "process/reward_abs"),
     # the verifier split groups (the parity reward) and the RM took Bradley-Terry steps on their pairs
     "cooper": ("reward_model/pairs", "reward_model/grad_norm"),
     # groups the parity reward does not always reward got a hint (h_max (1 - acc)), trained off-policy in the
@@ -199,8 +202,16 @@ def _tiny_reward_model(tmp_path) -> dict:
     return {"reward_model.checkpoint": str(tmp_path / "rm")}
 
 
+def _tiny_process_reward_model(tmp_path) -> dict:
+    from tests.test_process_reward_model import write_tiny_prm
+
+    write_tiny_prm(str(tmp_path / "prm"))
+    return {"task.step_reward_model": str(tmp_path / "prm")}
+
+
 # recipe -> (tmp_path -> overrides): what a recipe reads from disk, written for its run
-PREPARE = {"grpo_soft_verifier": _tiny_verifier, "cooper": _tiny_reward_model}
+PREPARE = {"grpo_soft_verifier": _tiny_verifier, "cooper": _tiny_reward_model,
+           "prm_learned": _tiny_process_reward_model}
 
 
 def _parity_reward(completion: str, answer: str) -> float:
@@ -213,14 +224,14 @@ def shrink(config):
     tiny = tiny_config()
     task = config.task  # the recipe's reward shaping, extra reward components and process judge stay
     shaping = (task.length_shaping, task.length_shaping_kwargs, task.extra_rewards, task.extra_rewards_mode,
-               task.flaw_judge, task.flaw_penalty, task.step_reward, task.step_reward_eta)
+               task.flaw_judge, task.flaw_penalty, task.step_reward, task.step_reward_eta, task.step_reward_model)
     adaptive_temperature = (config.sampling.temperature_tau, config.sampling.temperature_pivot)  # HAPO's stays
     for section in ("task", "model", "sampling", "sft", "eval", "checkpoint"):
         config[section] = tiny[section]
     config.sft.steps = SFT_STEPS
     (config.task.length_shaping, config.task.length_shaping_kwargs, config.task.extra_rewards,
      config.task.extra_rewards_mode, config.task.flaw_judge, config.task.flaw_penalty, config.task.step_reward,
-     config.task.step_reward_eta) = shaping
+     config.task.step_reward_eta, config.task.step_reward_model) = shaping
     config.sampling.temperature_tau, config.sampling.temperature_pivot = adaptive_temperature
     config.log_every = tiny.log_every
     config.rl.steps = RL_STEPS
@@ -473,12 +484,18 @@ def test_every_reproduction_arm_is_a_valid_config():
                 assert config.reward_model.checkpoint == os.path.join(rm_dir, "reward_model"), (name, arm)
                 config.reward_model.checkpoint = ""  # (and co-training needs one)
                 config.reward_model.co_train = False
+            if study.arms[arm]().task.step_reward_model:  # the study's PRM of this seed, not trained here
+                prm_dir = reproduce.reward_model_dir("/root", name, study.arms[arm]().task.step_reward_model[3:], 2)
+                assert config.task.step_reward_model == os.path.join(prm_dir, "reward_model"), (name, arm)
+                config.task.step_reward_model = ""  # the judge's labels in its place
             config_lib.parse(config)
             assert config.rl.steps == study.rl_steps and config.seed == study.seeds[-1], (name, arm)
         for rm_name in study.reward_models:
             rm_config = reproduce.reward_model_config(study, rm_name, 1, "/root")
             assert rm_config.seed == 1, (name, rm_name)
-            assert rm_config.reward_model.sample_from in ("", reproduce.warm_start_dir("/root")), (name, rm_name)
+            for field in ("sample_from", "init_from"):  # the warm start, not trained here
+                assert rm_config.reward_model[field] in ("", reproduce.warm_start_dir("/root")), (name, rm_name)
+            rm_config.reward_model.init_from = ""
             config_lib.parse(rm_config)
 
 

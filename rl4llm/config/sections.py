@@ -74,6 +74,11 @@ class Task:
                              "(rl4llm.rl.process.STEP_REWARDS: prm, prm_clip, prm_delta, thought), for an estimator that "
                              "takes them (rl.advantage='process_grpo')", OneOf(("none", *process_rl.STEP_REWARDS)))
     step_reward_eta: float = param(0.5, "PRM Clip's threshold eta: step rewards min(s - eta, 0)", Between(0.0, 1.0))
+    step_reward_model: str = param("", "a learned PRM's directory (rl4llm.process_reward_model; experiments/"
+                                   "train_reward_model.py with reward_model.objective='process') whose step scores "
+                                   "replace the judge's labels in step_reward; '' = the judge's labels",
+                                   Satisfies(lambda v: not v or os.path.isdir(v),
+                                             "not a directory (experiments/train_reward_model.py writes one)"))
     reward_workers: int = param(0, "> 0: score in that many processes with a hard per-call timeout (0: inline)",
                                 AtLeast(0))
     reward_timeout_s: float = param(30.0, "a scoring call's time limit", Between(0.0, 1e6, low_open=True))
@@ -235,8 +240,9 @@ class Critic:
 
 
 SCALAR_REWARD_MODEL_OBJECTIVES = ("bradley_terry", "bce")  # rl4llm.reward_model.OBJECTIVES
+# "process": a PRM (rl4llm.process_reward_model) trained on the step judge's labels of each step;
 # "judge": a generative verifier (rl4llm.verifiers.generative) trained on the pairs' verdicts
-REWARD_MODEL_OBJECTIVES = (*SCALAR_REWARD_MODEL_OBJECTIVES, "judge")
+REWARD_MODEL_OBJECTIVES = (*SCALAR_REWARD_MODEL_OBJECTIVES, "process", "judge")
 
 
 @_section
@@ -261,25 +267,28 @@ class RewardModel:
                            "starts from (InstructGPT); '' = config.model's init",
                            Satisfies(lambda v: not v or os.path.isdir(os.path.join(v, "checkpoints", "sft")),
                                      "has no checkpoints/sft (run experiments.train there first)"))
-    objective: str = param("bradley_terry", "training: preference pairs (Bradley-Terry), verifier labels (bce), or "
-                           "a generative verifier's Yes/No verdicts (judge; config.generative_verifier's template)",
+    objective: str = param("bradley_terry", "training: preference pairs (Bradley-Terry), verifier labels (bce), "
+                           "a PRM on the step judge's labels (process; per-step BCE), or a generative verifier's "
+                           "Yes/No verdicts (judge; config.generative_verifier's template)",
                            OneOf(REWARD_MODEL_OBJECTIVES))
     steps: int = param(200, "training: optimizer updates", AtLeast(1))
-    batch_size: int = param(32, "training: preference pairs per update (bce: 2x as many labelled sequences)",
+    batch_size: int = param(32, "training: preference pairs per update (bce, process: 2x as many sequences)",
                             AtLeast(1))
     learning_rate: float = param(1e-3, "training: AdamW peak learning rate", Between(0.0, 1.0, low_open=True))
     warmup_steps: int = param(10, "training: linear warm-up steps", AtLeast(0))
     weight_decay: float = param(0.0, "training: AdamW weight decay", Between(0.0, 1.0))
     grad_clip: float = param(1.0, "training: global gradient-norm clip", Between(0.0, 1e9))
     sample_from: str = param("", "training: an experiments.train workdir whose policy's own completions, labelled by "
-                             "the verifier, give the pairs ('' = reference vs corrupted solutions)")
+                             "the verifier (process: by the step judge), give the pairs ('' = reference vs corrupted "
+                             "solutions)")
     sample_prompts: int = param(512, "training with sample_from: training prompts sampled (G = rl.num_generations "
                                 "each) into the pool of pairs", AtLeast(1))
     corruption: str = param("final_answer", "training: the rejected solution's error (data.arithmetic.wrong_solution)",
                             OneOf(arithmetic_lib.CORRUPTIONS))
     margin: float = param(0.0, "training: Bradley-Terry margin m in -log sigmoid(r_c - r_r - m) (Llama 2)",
                           Between(0.0, 1e3))
-    eval_pairs: int = param(256, "training: held-out preference pairs of the pairwise accuracy", AtLeast(1))
+    eval_pairs: int = param(256, "training: held-out preference pairs of the pairwise accuracy (process: held-out "
+                            "problems whose steps give the step accuracy and AUC)", AtLeast(1))
     eval_every: int = param(50, "training: updates between held-out evaluations (and at the end)", AtLeast(1))
 
 

@@ -936,8 +936,9 @@ def _co_train_errors(config) -> list[str]:
 
 
 def _step_reward_errors(config) -> list[str]:
-    """Step rewards come from a process judge and go to an estimator that takes process rewards other than PRIME's
-    (which trains its own implicit PRM for them); `process_grpo` has no other source."""
+    """Step rewards come from a process judge (its labels, or a learned PRM's scores of the steps it segments) and go to
+    an estimator that takes process rewards other than PRIME's (which trains its own implicit PRM for them);
+    `process_grpo` has no other source."""
     task, rl, errors = config.task, config.rl, []
     takes = rl.advantage in registry.ADVANTAGES and "process_rewards" in registry.advantage_inputs(rl.advantage)
     if task.step_reward != "none":
@@ -950,6 +951,10 @@ def _step_reward_errors(config) -> list[str]:
     elif rl.advantage == "process_grpo":
         errors.append("config.rl.advantage='process_grpo' trains on a process judge's step rewards; set "
                       f"config.task.step_reward (one of {', '.join(process_rl.STEP_REWARDS)}) and config.task.flaw_judge")
+    if task.step_reward_model and task.step_reward == "none":
+        errors.append(f"config.task.step_reward_model={task.step_reward_model!r}: the PRM scores the steps that "
+                      "config.task.step_reward turns into rewards; set it "
+                      f"(one of {', '.join(process_rl.STEP_REWARDS)})")
     return errors
 
 

@@ -52,7 +52,7 @@ class StepData:
     behaviour: Any  # the rollout policy's (logp, entropy[, proxy_logp]) [N, T] (`programs.behaviour_fn`), or None
     off_policy: np.ndarray  # [N, T] bool: tokens the policy did not sample (`rows.off_policy_tokens`)
     tree_nodes: np.ndarray | None = None  # [N, T+1] node ids of tree rollouts (config.tree), else None
-    step_scores: np.ndarray | None = None  # [N, T] the judge's step labels on the step ends (task.step_reward), else None
+    step_scores: np.ndarray | None = None  # [N, T] the step scores on the step ends (task.step_reward), else None
     step_ends: np.ndarray | None = None  # [N, T] bool: the tokens that end a judged step, else None
     hinted: np.ndarray | None = None  # [N] bool: rows sampled after a hint (`Rows.hint_chars` > 0)
 
@@ -105,8 +105,10 @@ def _implicit_prm_rewards(d: StepData):
 
 
 def _step_rewards(d: StepData):
-    """Process rewards from the process judge's step labels (`config.task.step_reward`: `rl.process.STEP_REWARDS`) on
-    the step-end tokens [N, T], and how the mechanism acts: the mean |reward| on a step end, the share of sound steps,
+    """Process rewards from the step scores (`config.task.step_reward`: `rl.process.STEP_REWARDS`) on the step-end
+    tokens [N, T] — the process judge's labels, or a learned PRM's scores (`config.task.step_reward_model`) — and how
+    the mechanism acts: the mean |reward| on a step end, the mean step score (`sound_step_frac`: the share of sound
+    steps under the judge; the PRM's mean score with a PRM, the judge's share then being `prm/judge_sound_frac`),
     steps and thoughts per response."""
     task = d.config.task
     scores, ends = jnp.asarray(d.step_scores), jnp.asarray(d.step_ends)

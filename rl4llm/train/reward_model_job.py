@@ -10,8 +10,11 @@ would label them. "judge" trains a generative verifier (`rl4llm.verifiers.genera
 on the same pairs as verdicts: the judge text (`config.generative_verifier.template`) of the reference solution
 labelled `yes_token`, of the wrong one `no_token`, by the cross-entropy of the judgement token
 (`generative.judge_objective`; the soft-verifier paper, arXiv 2503.23829, distils a large judge's verdicts the same
-way). The held-out metric is the same for all: the fraction of pairs with r_chosen > r_rejected (for "judge",
-P(Yes | chosen) > P(Yes | rejected)).
+way). The held-out metric is the same for these: the fraction of pairs with r_chosen > r_rejected (for "judge",
+P(Yes | chosen) > P(Yes | rejected)). "process" trains a PRM (`rl4llm.process_reward_model`) with the per-step BCE on
+the same 2P sequences (or the policy's samples, below), each step labelled by the task's exact step judge
+(`rewards.arithmetic.step_labels`); its held-out metrics are the step accuracy and AUC over the held-out problems'
+steps.
 
 With `config.reward_model.sample_from` (an experiments.train workdir) the pairs are the policy's own completions
 instead (`policy_pairs`): its last checkpoint samples G = `rl.num_generations` completions of each prompt at its
@@ -19,13 +22,16 @@ rollout settings, the task's verifier labels them, and each prompt gives min(acc
 rejected) pairs: `reward_model.sample_prompts` training prompts sampled once into a pool the updates draw from, and
 the `eval_pairs` held-out prompts' pairs for the accuracy (fewer pairs than prompts: a prompt whose samples all agree
 gives none). This is the RM of a real RLHF pipeline: it must tell the policy's right answers from its wrong ones.
+For "process" every sampled completion is kept (`policy_step_sequences`: the pool holds G·`sample_prompts`
+sequences, each update draws 2·`batch_size`), its steps labelled by the judge: the PRM learns the steps the policy
+writes, right and wrong.
 
 The RM's decoder is `config.model` (a preset with the task's tokenizer, or `model.hf_checkpoint`), without LoRA;
 its trunk starts from the SFT policy of `config.reward_model.init_from` (an experiments.train workdir, whose
 tokenizer it then uses), else from the HF checkpoint's weights, else at random
 (`reward_model.init_params`). Writes `<workdir>/metrics.jsonl` (stage "rm"), `<workdir>/reward_model`
 (`reward_model.save`, or `generative.save` for "judge", with the tokenizer's fingerprint) and
-`<workdir>/summary.json`.
+`<workdir>/summary.json` (the last and first held-out metrics as `rm_eval_*` and `rm_eval_*_init`).
 """
 
 from __future__ import annotations
@@ -42,9 +48,11 @@ import numpy as np
 
 from rl4llm import config as config_lib
 from rl4llm import models
+from rl4llm import process_reward_model as prm
 from rl4llm import reward_model as rm
 from rl4llm.data import arithmetic
 from rl4llm.data import tasks as tasks_lib
+from rl4llm.rewards import process as process_lib
 from rl4llm.train import checkpointing
 from rl4llm.train import evaluate as evaluate_lib
 from rl4llm.train import metrics as metrics_lib
@@ -56,6 +64,7 @@ from rl4llm.verifiers import templates
 
 STAGE = "rm"
 _TRAIN_STREAM, _EVAL_STREAM = 0, 1  # rng streams of the corruptions (and of the sampled pairs' keys)
+STEP_JUDGE = process_lib.JUDGES["arithmetic_steps"]  # the PRM's labels ("process")
 
 
 def preference_pairs(config, tokenizer, examples, rng: np.random.Generator) -> rm.PairBatch:
@@ -109,25 +118,61 @@ def policy_pairs(config, tokenizer, policy: runs.Policy, examples, key) -> tuple
     return pairs, metrics
 
 
-def pool_batch(pool: rm.PairBatch, batch_size: int, rng: np.random.Generator) -> rm.PairBatch:
-    """`batch_size` pairs of `pool` drawn uniformly without replacement (with, when the pool is smaller)."""
-    size = pool.chosen_tokens.shape[0]
+def step_sequences(config, tokenizer, examples, rng: np.random.Generator) -> prm.StepBatch:
+    """The PRM's batch ("process"): each example's reference solution, then a `wrong_solution` of it (the same 2P
+    sequences as `preference_pairs`'), every step labelled by the task's exact judge (`prm.encode_steps`)."""
+    wrong = [arithmetic.wrong_solution(e.solution, rng, config.reward_model.corruption) for e in examples]
+    return prm.encode_steps(tokenizer, STEP_JUDGE, [e.prompt for e in examples] * 2,
+                            [e.solution for e in examples] + wrong, prompt_bucket=config.sampling.prompt_bucket,
+                            completion_len=config.sampling.max_new_tokens)
+
+
+def policy_step_sequences(config, tokenizer, policy: runs.Policy, examples, key) -> tuple[prm.StepBatch, dict]:
+    """The PRM's sequences from `policy`'s own completions of `examples` ("process"): G = `config.rl.num_generations`
+    samples of each prompt at its rollout settings (`evaluate.generate_scored`, `key`), every one kept, its steps
+    labelled by the judge; encoded from their text as `policy_pairs`' are (a sample whose tokens do not survive
+    decoding, an untrained policy's, is read as its text). -> (StepBatch, metrics `sequences`, `accepted_frac` (the
+    verifier's), `sound_step_frac` (the judge's, over all steps))."""
+    g = config.rl.num_generations
+    prompts, answers = [e.prompt for e in examples for _ in range(g)], [e.answer for e in examples for _ in range(g)]
+    setup = policy.setup
+    completions = evaluate_lib.generate_scored(setup.model_cfg, policy.params, setup.tokenizer, prompts, answers, key,
+                                               setup.rollout_cfg, setup.eval_spec, setup.score_fn)
+    batch = prm.encode_steps(tokenizer, STEP_JUDGE, prompts, list(completions.texts),
+                             prompt_bucket=config.sampling.prompt_bucket,
+                             completion_len=config.sampling.max_new_tokens)
+    ends = np.asarray(batch.step_ends, bool)
+    metrics = {"sequences": float(len(prompts)), "accepted_frac": float(np.mean(completions.rewards == 1.0)),
+               "sound_step_frac": float(np.asarray(batch.step_labels)[ends].mean())}
+    return batch, metrics
+
+
+def pool_batch(pool, batch_size: int, rng: np.random.Generator):
+    """`batch_size` rows (pairs, or a PRM's sequences) of `pool` drawn uniformly without replacement (with, when the
+    pool is smaller)."""
+    size = jax.tree.leaves(pool)[0].shape[0]
     idx = rng.choice(size, batch_size, replace=size < batch_size)
     return jax.tree.map(lambda x: x[idx], pool)
 
 
 def train_batch(config, task, tokenizer, step: int, pool: rm.PairBatch | None = None):
     """The batch of update `step` (a pure function of the seed and step): drawn from the `pool` of sampled pairs
-    (`policy_pairs`) when there is one, else the reference vs corrupted pairs of the step's training problems."""
+    (`policy_pairs`; a PRM's sampled sequences, `policy_step_sequences`) when there is one, else the reference vs
+    corrupted pairs of the step's training problems."""
     rng = np.random.default_rng((config.seed, _TRAIN_STREAM, step))
+    objective = config.reward_model.objective
     if pool is not None:
+        if objective == prm.OBJECTIVE:
+            return pool_batch(pool, 2 * config.reward_model.batch_size, rng)
         pairs = pool_batch(pool, config.reward_model.batch_size, rng)
-        return pairs if config.reward_model.objective == "bradley_terry" else as_labelled(pairs)
+        return pairs if objective == "bradley_terry" else as_labelled(pairs)
     examples = task.source.train_examples(step, config.reward_model.batch_size)
-    if config.reward_model.objective == "judge":
+    if objective == "judge":
         return judge_texts(config, tokenizer, examples, rng)
+    if objective == prm.OBJECTIVE:
+        return step_sequences(config, tokenizer, examples, rng)
     pairs = preference_pairs(config, tokenizer, examples, rng)
-    return pairs if config.reward_model.objective == "bradley_terry" else as_labelled(pairs)
+    return pairs if objective == "bradley_terry" else as_labelled(pairs)
 
 
 def judge_texts(config, tokenizer, examples, rng: np.random.Generator) -> rm.LabelBatch:
@@ -198,7 +243,7 @@ def _check_task(config) -> None:
     r = config.reward_model
     if r.sample_from and r.objective == "judge":
         raise config_lib.ConfigError(f"config.reward_model.sample_from={r.sample_from!r}: sampled pairs train a scalar "
-                                     "RM (objective 'bradley_terry' or 'bce'), not the generative judge")
+                                     "RM (objective 'bradley_terry', 'bce' or 'process'), not the generative judge")
 
 
 def judge_token_ids(config, tokenizer) -> tuple[int, int]:
@@ -213,11 +258,12 @@ def judge_token_ids(config, tokenizer) -> tuple[int, int]:
         raise config_lib.ConfigError(f"config.reward_model.objective='judge': {e}") from e
 
 
-def sampled_pairs(config, tokenizer) -> tuple[rm.PairBatch, rm.PairBatch, dict]:
+def sampled_pairs(config, tokenizer):
     """(training pool, held-out pairs, metrics `pool/*` and `held_out/*` of `policy_pairs`) sampled by the policy of
     `config.reward_model.sample_from` (its last checkpoint) from `sample_prompts` training prompts and the
-    `eval_pairs` held-out ones of its own task."""
+    `eval_pairs` held-out ones of its own task; for "process", a PRM's sequences (`policy_step_sequences`)."""
     r = config.reward_model
+    sample = policy_step_sequences if r.objective == prm.OBJECTIVE else policy_pairs
     try:
         policy = runs.restore_policy(r.sample_from)
     except FileNotFoundError as e:
@@ -225,10 +271,10 @@ def sampled_pairs(config, tokenizer) -> tuple[rm.PairBatch, rm.PairBatch, dict]:
     try:
         key = jax.random.key(config.seed)
         source = policy.setup.task.source  # the policy's own task (its held-out split stays held out)
-        train, train_metrics = policy_pairs(config, tokenizer, policy, source.train_examples(0, r.sample_prompts),
-                                            jax.random.fold_in(key, _TRAIN_STREAM))
-        held_out, held_metrics = policy_pairs(config, tokenizer, policy, source.test_examples(r.eval_pairs),
-                                              jax.random.fold_in(key, _EVAL_STREAM))
+        train, train_metrics = sample(config, tokenizer, policy, source.train_examples(0, r.sample_prompts),
+                                      jax.random.fold_in(key, _TRAIN_STREAM))
+        held_out, held_metrics = sample(config, tokenizer, policy, source.test_examples(r.eval_pairs),
+                                        jax.random.fold_in(key, _EVAL_STREAM))
     finally:
         policy.close()
     return train, held_out, {**{f"pool/{k}": v for k, v in train_metrics.items()},
@@ -238,10 +284,16 @@ def sampled_pairs(config, tokenizer) -> tuple[rm.PairBatch, rm.PairBatch, dict]:
 def _objective(config, model_cfg, task, tokenizer, optimizer, key, held_out_pairs_=None):
     """(initial params, jitted update, held-out batch, `(params, batch) -> held-out metrics`) of
     `config.reward_model.objective`: the scalar RM (`rm.init_params`, `rm.make_train_step`, `evaluate`; held-out
-    pairs `held_out_pairs_`, else the corrupted ones) or, for "judge", the bare decoder as a generative verifier
-    (`generative.make_train_step`, `evaluate_judge`)."""
+    pairs `held_out_pairs_`, else the corrupted ones), the PRM ("process": the same params, `prm.make_train_step`,
+    `prm.evaluate`; held-out sequences `held_out_pairs_`, else `step_sequences` of the held-out problems) or, for
+    "judge", the bare decoder as a generative verifier (`generative.make_train_step`, `evaluate_judge`)."""
     r = config.reward_model
     params = initial_params(config, model_cfg, key)
+    if r.objective == prm.OBJECTIVE:
+        held_out = held_out_pairs_ if held_out_pairs_ is not None else step_sequences(
+            config, tokenizer, task.source.test_examples(r.eval_pairs),
+            np.random.default_rng((config.seed, _EVAL_STREAM)))
+        return params, prm.make_train_step(model_cfg, optimizer), held_out, functools.partial(prm.evaluate, model_cfg)
     if r.objective != "judge":
         held_out = held_out_pairs_ if held_out_pairs_ is not None else held_out_pairs(config, task, tokenizer)
         return (params, rm.make_train_step(model_cfg, optimizer, r.objective), held_out,
@@ -299,9 +351,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     finally:
         writer.close()
     summary = {
-        "rm_eval_pairwise_accuracy": last["eval/pairwise_accuracy"],
-        "rm_eval_pairwise_accuracy_init": first["eval/pairwise_accuracy"],
-        "rm_eval_loss": last["eval/loss"],
+        **{f"rm_{k.replace('/', '_')}": v for k, v in last.items() if k.startswith("eval/")},
+        **{f"rm_{k.replace('/', '_')}_init": v for k, v in first.items() if k.startswith("eval/")},
         **{k: v for k, v in first.items() if k.startswith(("pool/", "held_out/"))},  # the sampled pairs' counts
         "rm_steps": config.reward_model.steps,
         "objective": config.reward_model.objective,
@@ -312,6 +363,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     (generative.save if config.reward_model.objective == "judge" else rm.save)(out, model_cfg, params, meta)
     with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
-    print(f"held-out pairwise accuracy {first['eval/pairwise_accuracy']:.3f} -> {last['eval/pairwise_accuracy']:.3f} "
+    metric = "eval/step_auc" if config.reward_model.objective == prm.OBJECTIVE else "eval/pairwise_accuracy"
+    print(f"held-out {metric.removeprefix('eval/')} {first[metric]:.3f} -> {last[metric]:.3f} "
           f"in {summary['wall_seconds']:.0f} s; reward model in {out}", flush=True)
     return summary

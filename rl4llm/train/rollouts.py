@@ -1,7 +1,8 @@
 """Single-turn rollouts: the RL step's prompts (`config.selection`), G sampled completions each, scored on the host by
 the reward pipeline in one call and, with `config.reward_model.checkpoint`, by the outcome reward model in one jitted
-call on the device, or with `config.generative_verifier`, by the verifier's P(Yes) in one jitted call
-(`rollout_and_score`); ReMax's greedy baseline rollout (`greedy_baseline_scores`)."""
+call on the device, or with `config.generative_verifier`, by the verifier's P(Yes) in one jitted call, their steps
+scored by a learned PRM in one jitted call with `config.task.step_reward_model` (`rollout_and_score`); ReMax's greedy
+baseline rollout (`greedy_baseline_scores`)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,10 @@ def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, c
     scores, main, components, metrics = setup.rewards.score(
         texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens,
         first_flaws=first_flaws)
+    if setup.step_reward_model is not None:
+        tokens, mask = batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask)
+        process["step_scores"] = with_step_reward_model(setup, tokens, mask, process["step_scores"],
+                                                        process["step_ends"], metrics)
     if setup.reward_model is not None:
         tokens, mask = batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask)
         scores = with_reward_model(config, setup, tokens, mask, scores, main, metrics, reward_model_params)
@@ -81,6 +86,27 @@ def process_fields(config, setup: Setup, labels, first_flaws, texts, prefixes, c
         fields["step_scores"], fields["step_ends"] = process_lib.step_layout(
             setup.tokenizer.decode, labels, texts, prefix_chars, completion_tokens, completion_mask)
     return fields
+
+
+def with_step_reward_model(setup: Setup, tokens, mask, judge_labels: np.ndarray, step_ends: np.ndarray,
+                           metrics: dict) -> np.ndarray:
+    """The learned PRM's step scores s [N, T] on the step ends (`process_reward_model.Scorer`: one jitted forward of
+    the `[prompt | completion]` rows `tokens` [N, P+T], one transfer of [N, T]) in place of the judge's labels
+    `judge_labels` [N, T], which measure it. Adds `prm/step_score_mean` (mean s over step ends), `prm/judge_sound_frac`
+    (the judge's mean label over them), `prm/step_agreement` (the share with s > ½ ⇔ sound), `prm/score_sum` (mean
+    over responses of Σ_k s_k: the raw PRM's return, what farming raises) and `prm/response_min_score` (mean over
+    responses of min_k s_k: the PRM's verdict of a whole response, PRM800K's aggregation; 0 without a step)."""
+    scores = setup.step_reward_model(tokens, mask, step_ends)
+    num_ends = max(int(step_ends.sum()), 1)
+    has_step = step_ends.any(-1)
+    metrics.update({
+        "prm/step_score_mean": float(scores[step_ends].sum() / num_ends),
+        "prm/judge_sound_frac": float(judge_labels[step_ends].sum() / num_ends),
+        "prm/step_agreement": float(((scores > 0.5) == (judge_labels > 0.5))[step_ends].sum() / num_ends),
+        "prm/score_sum": float(scores.sum(-1).mean()),
+        "prm/response_min_score": float(np.where(has_step, np.where(step_ends, scores, np.inf).min(-1), 0.0).mean()),
+    })
+    return scores
 
 
 def with_verifier(config, setup: Setup, questions, answers, texts, rewards, main, group_ids, metrics: dict

@@ -29,7 +29,8 @@ class Rows:
     tree_nodes: np.ndarray | None = None  # [n, T+1] int32: tree rollouts' node ids (config.tree; rl.tree), else None
     solutions: np.ndarray | None = None  # [n] object: the row's example's reference solution (ReLIFT), else None
     process_scores: np.ndarray | None = None  # [n] float32: the process judge's score (task.flaw_judge; PROF), else None
-    step_scores: np.ndarray | None = None  # [n, T] float32: each judged segment's label on its last token (step rewards)
+    # [n, T] float32: each judged segment's label (or the learned PRM's score) on its last token (step rewards)
+    step_scores: np.ndarray | None = None
     step_ends: np.ndarray | None = None  # [n, T] bool: the tokens that end a judged segment (task.step_reward), else None
     quality_features: np.ndarray | None = None  # [n, E] float32: the policy's hidden state at ARRoL's checkpoint, else None
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import jax
 
 from rl4llm import models
+from rl4llm import process_reward_model as process_reward_model_lib
 from rl4llm import reward_model as reward_model_lib
 from rl4llm import rewards as rewards_lib
 from rl4llm import sampling
@@ -47,6 +48,8 @@ class Setup:
     selector: prompt_selection.Selector | None = None  # the RL step's prompts and rollouts (config.selection)
     layout: layout_lib.Layout | None = None  # the meshes' placement of arrays (`parallel`); None on one device
     reward_model: reward_model_lib.Scorer | None = None  # an outcome RM scoring rollouts (config.reward_model)
+    # a learned PRM scoring the rollouts' steps (config.task.step_reward_model)
+    step_reward_model: process_reward_model_lib.Scorer | None = None
     verifier: generative_lib.Verifier | None = None  # a generative verifier scoring rollouts (generative_verifier)
     teacher: Any = None  # a `train.teacher.Teacher` sampling the off-policy traces (config.teacher; training runs)
 
@@ -87,13 +90,16 @@ def build_setup(config, workdir: str) -> Setup:
     scorer = (reward_model_lib.Scorer.from_checkpoint(config.reward_model.checkpoint, tokenizer,
                                                       task.source.corpus(0)[0])
               if config.reward_model.checkpoint else None)
+    step_scorer = (process_reward_model_lib.Scorer.from_checkpoint(config.task.step_reward_model, tokenizer,
+                                                                   task.source.corpus(0)[0])
+                   if config.task.step_reward_model else None)
     v = config.generative_verifier
     verifier = (generative_lib.Verifier.from_config(v, tokenizer, task.source.corpus(0)[0], dtype=config.model.dtype,
                                                     param_dtype=config.model.param_dtype)
                 if v.checkpoint or v.hf_checkpoint else None)
     return Setup(
         task, tokenizer, model_cfg, rollout_cfg, eval_examples, eval_spec, reward_pipeline.score_one, reward_pipeline,
-        selector, reward_model=scorer, verifier=verifier,
+        selector, reward_model=scorer, verifier=verifier, step_reward_model=step_scorer,
     )
 
 
