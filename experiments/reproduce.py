@@ -123,6 +123,15 @@ _GUIDANCE_TASK = dict(task__min_operands=6, task__max_operands=7, sampling__max_
 # configs/clip_cov.py and configs/kl_cov.py.
 _ENTROPY_BASE = dict(rl__kl_coef=0.0, rl__agg_mode="token-mean")
 
+# What the step-reward studies log: the exact judge's verdicts and the step rewards during training, and the judge's
+# verdicts on the held-out evaluation.
+_STEP_REWARD_KEYS = (
+    "reward/exact_answer", "judge/flawed_positive_frac", "judge/sound_accuracy", "judge/flawed_frac",
+    "process/reward_abs", "process/sound_step_frac", "process/steps_per_response")
+_JUDGE_EVAL_KEYS = (
+    "eval/flawed_positive_frac", "eval/sound_accuracy", "eval/flawed_frac", "eval/sampled_flawed_positive_frac",
+    "eval/sampled_sound_accuracy", "eval/sampled_flawed_frac")
+
 STUDIES = {
     "entropy_mechanism": Study(
         arms={
@@ -275,11 +284,7 @@ STUDIES = {
         seeds=(0, 1, 2),
         rl_steps=100,
         eval_every=25,
-        keys=_COMMON_KEYS + (
-            "reward/exact_answer", "judge/flawed_positive_frac", "judge/sound_accuracy", "judge/flawed_frac",
-            "process/reward_abs", "process/sound_step_frac", "process/steps_per_response",
-            "process/thoughts_per_response", "eval/flawed_positive_frac", "eval/sound_accuracy", "eval/flawed_frac",
-            "eval/sampled_flawed_positive_frac", "eval/sampled_sound_accuracy", "eval/sampled_flawed_frac"),
+        keys=_COMMON_KEYS + _STEP_REWARD_KEYS + ("process/thoughts_per_response",) + _JUDGE_EVAL_KEYS,
         description="Step rewards from the exact judge: raw PRM, PRM Clip, PRM Delta, TP-GRPO thoughts vs GRPO",
     ),
     # Issue 22's "GRPO with the RM vs with the rule verifier": the main job's RL stage rewarded by the rule verifier, by an
@@ -333,12 +338,9 @@ STUDIES = {
         seeds=(0, 1, 2),
         rl_steps=100,
         eval_every=25,
-        keys=_COMMON_KEYS + (
-            "reward/exact_answer", "judge/flawed_positive_frac", "judge/sound_accuracy", "judge/flawed_frac",
-            "process/reward_abs", "process/sound_step_frac", "process/steps_per_response",
+        keys=_COMMON_KEYS + _STEP_REWARD_KEYS + (
             "prm/step_score_mean", "prm/judge_sound_frac", "prm/step_agreement", "prm/score_sum",
-            "prm/response_min_score", "eval/flawed_positive_frac", "eval/sound_accuracy", "eval/flawed_frac",
-            "eval/sampled_flawed_positive_frac", "eval/sampled_sound_accuracy", "eval/sampled_flawed_frac"),
+            "prm/response_min_score") + _JUDGE_EVAL_KEYS,
         description="Step rewards from a learned PRM: raw PRM, PRM Clip, PRM Delta vs GRPO",
         reward_models={
             "process": dict(reward_model__objective="process", reward_model__sample_from="warm_start",

@@ -19,7 +19,7 @@ from rl4llm.data import arithmetic
 from rl4llm.rewards import arithmetic as arithmetic_rewards
 from rl4llm.tokenizers import sentencepiece_tokenizer
 from rl4llm.train import reward_model_job
-from tests.test_train_reward_model import rm_config
+from tests.test_train_reward_model import rm_config, sampling_policy
 
 VOCAB = 64  # >= the arithmetic char tokenizer's ids
 CFG = models.get_config("nano", vocab_size=VOCAB)
@@ -230,20 +230,9 @@ def test_prm_sampled_from_a_policy_keeps_every_completion_with_the_judges_labels
     job trains on the pool and reports its counts."""
     from rl4llm.train import batches
     from rl4llm.train import evaluate as evaluate_lib
-    from rl4llm.train import job
-    from rl4llm.train import runs
 
     c = rm_config(objective="process")
-    c.sft.steps, c.sft.batch_size, c.rl.steps = 2, 8, 0
-    c.eval.num_examples, c.eval.pass_n, c.eval.pass_k = 4, 1, (1,)
-    job.run(c, str(tmp_path / "policy"))
-    c.rl.num_generations = 4
-    c.reward_model.update(dict(sample_from=str(tmp_path / "policy"), sample_prompts=6, eval_pairs=5, steps=3,
-                               eval_every=3))
-    config = config_lib.parse(c)
-    policy = runs.restore_policy(str(tmp_path / "policy"))
-    examples = policy.setup.task.source.train_examples(0, 6)
-    key = jax.random.key(5)
+    config, policy, examples, key = sampling_policy(c, tmp_path)
     batch, metrics = reward_model_job.policy_step_sequences(config, policy.setup.tokenizer, policy, examples, key)
     prompts = [e.prompt for e in examples for _ in range(4)]
     again = evaluate_lib.generate_scored(

@@ -103,27 +103,32 @@ def _parity_reward(completion: str, answer: str) -> float:
     return 1.0 if int(answer) % 2 == 0 else float(len(completion) % 2 == 0)
 
 
-def test_pairs_sampled_from_a_policy_are_its_accepted_vs_rejected_completions(tmp_path, monkeypatch):
-    """reward_model.sample_from: each pair is one prompt's accepted and rejected samples of the policy (by its
-    verifier), min(accepted, rejected) pairs per prompt; the job trains on a pool of them and reports the counts."""
-    from rl4llm import rewards
-    from rl4llm.train import batches
-    from rl4llm.train import evaluate as evaluate_lib
+def sampling_policy(c, tmp_path):
+    """A 2-step SFT policy of RM config `c` in tmp_path/policy, and `c` set to sample the RM's data from it (6
+    prompts x 4): -> (parsed config, restored policy, its first 6 training examples, the sampling key)."""
     from rl4llm.train import runs
 
-    monkeypatch.setitem(rewards.REWARDS, "parity", _parity_reward)
-    c = rm_config()
-    c.task.reward = "parity"
     c.sft.steps, c.sft.batch_size, c.rl.steps = 2, 8, 0
     c.eval.num_examples, c.eval.pass_n, c.eval.pass_k = 4, 1, (1,)
     job.run(c, str(tmp_path / "policy"))
     c.rl.num_generations = 4
     c.reward_model.update(dict(sample_from=str(tmp_path / "policy"), sample_prompts=6, eval_pairs=5, steps=3,
                                eval_every=3))
-    config = config_lib.parse(c)
     policy = runs.restore_policy(str(tmp_path / "policy"))
-    examples = policy.setup.task.source.train_examples(0, 6)
-    key = jax.random.key(5)
+    return config_lib.parse(c), policy, policy.setup.task.source.train_examples(0, 6), jax.random.key(5)
+
+
+def test_pairs_sampled_from_a_policy_are_its_accepted_vs_rejected_completions(tmp_path, monkeypatch):
+    """reward_model.sample_from: each pair is one prompt's accepted and rejected samples of the policy (by its
+    verifier), min(accepted, rejected) pairs per prompt; the job trains on a pool of them and reports the counts."""
+    from rl4llm import rewards
+    from rl4llm.train import batches
+    from rl4llm.train import evaluate as evaluate_lib
+
+    monkeypatch.setitem(rewards.REWARDS, "parity", _parity_reward)
+    c = rm_config()
+    c.task.reward = "parity"
+    config, policy, examples, key = sampling_policy(c, tmp_path)
     pairs, metrics = reward_model_job.policy_pairs(config, policy.setup.tokenizer, policy, examples, key)
     # the same samples, regenerated with the same key
     g = 4
