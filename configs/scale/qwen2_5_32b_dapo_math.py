@@ -32,17 +32,22 @@ def get_config():
             python -m experiments.train --config=configs/scale/qwen2_5_32b_dapo_math.py --workdir=/mnt/shared/q32 \\
             --config.distributed.initialize=True"
 
-    Measured with that command (commit 73b8e57, per chip, of v5p's 95 GiB): learner step peak 47.85 GiB
-    (arguments 5.73: params and Adam moments over 64 chips, no KL reference; temporaries 41.89 for one 22.5k-token
-    row per chip, remat full), behaviour pass (old log-probs of all 8,192 rows) 10.43 GiB, sampler per call (512
-    rows) 53.67 GiB (50.27 temporaries, mostly the KV cache). Roofline: >= 23,256 s (6.5 h) per RL step, MFU <=
-    10.6%: 16 updates x 123 s (compute-bound), the behaviour pass 494 s, 16 sampler calls x 1,298 s of decoding
-    (every row to 20,480 tokens), memory-bound on the FSDP-gathered float32 weights (131 GB read per token per
-    chip) more than on the KV cache (47 GB). Compiled in 890 s (learner 378, behaviour 87, sampler 425) on a loaded
-    2-core CPU, 12.8 GB peak RSS.
-    Not compiled yet, analytic only: a colocated tensor-parallel sampler (--config.mesh.sampler=colocated
-    --config.mesh.sampler_data=16 --config.mesh.sampler_tensor=4: a quarter of the weights per chip) would read 80 GB
-    per token and bring the step to >= 11,885 s, MFU <= 20.8%, with ~80 GB of weights and cache per chip.
+    Sampler: colocated on the same 64 chips as 16 data x 4 tensor (`mesh.sampler=colocated`), holding its own copy of
+    the weights with the matrices in bfloat16 (`parallel.layout.sampler_weights`, 15.3 GiB per chip), made after
+    each update.
+
+    Measured with that command, per chip, of v5p's 95 GiB ("with the state": plus the run's state held in HBM beside
+    the program). Learner (commit 73b8e57): learner step peak 47.85 GiB (arguments 5.73: params and Adam moments
+    over 64 chips, no KL reference; temporaries 41.89 for one 22.5k-token row per chip, remat full), behaviour pass
+    (old log-probs of all 8,192 rows) 10.43 GiB; compiled in 465 s (learner 378, behaviour 87), 12.8 GB peak RSS.
+    Sampler (commit fc3a77c, `--programs=sampler`): per call of 512 rows 66.62 GiB (arguments 15.26: the bfloat16
+    copy; temporaries 51.24, mostly the KV cache), 72.34 with the state; the cast for the sampler 2.87 GiB, 21.95
+    with the state and the copy being written; compiled in 72 s, 2.4 GB peak RSS. Roofline: >= 10,018 s (2.8 h)
+    per RL step, MFU <= 24.6%: 16 updates x 123 s (compute-bound), the behaviour pass 494 s, 16 sampler calls x 471
+    s of decoding (every row to 20,480 tokens, memory-bound: a quarter of the bfloat16 weights, 16.4 GB, and the KV
+    cache read per token per chip). On the learner's FSDP mesh (commit 73b8e57) the sampler needed 53.67 GiB per call
+    but read the FSDP-gathered float32 weights (131 GB per token per chip): 16 calls x 1,298 s, a 23,256 s step,
+    MFU <= 10.6%.
     """
     c = dapo.with_dapo_algorithm(qwen2_5_0_5b_gsm8k.get_config(), max_gen_rounds=10, overlong_buffer=4096)
     c.task.local.train_path = "/data/dapo-math-17k/train.jsonl"
@@ -77,4 +82,6 @@ def get_config():
     c.mesh.data = 1
     c.mesh.fsdp = -1
     c.mesh.tensor = 1
+    c.mesh.sampler = "colocated"  # tensor-parallel sampler on the same 64 chips, its own bfloat16 copy
+    c.mesh.sampler_data, c.mesh.sampler_fsdp, c.mesh.sampler_tensor = 16, 1, 4
     return c
