@@ -132,8 +132,8 @@ def search(config, part: str, candidates, with_candidate, devices, chip, prompt_
         # ties (equal roofline) go to the layout with the smallest fsdp axis: fsdp buys no speed when decoding
         ranked.append((round(seconds, 3), candidate.get("sampler_mesh", (0, 0, 0))[1], candidate))
     ranked.sort(key=lambda x: x[:2])
-    print(f"{len(ranked) + too_big} {part} layouts, {too_big} left out (what they need at least, `Program.lower_bound`, "
-          f"exceeds the HBM); fastest by roofline first:")
+    print(f"{len(ranked) + too_big} {part} layouts, {too_big} left out (what they need at least, "
+          f"`Program.lower_bound`, exceeds the HBM); fastest by roofline first:")
     for seconds, _, candidate in ranked[:10]:
         print(f"  {seconds:9.2f} s  {candidate}")
     for seconds, _, candidate in ranked[:_PLAN_COMPILES.value]:
@@ -155,17 +155,17 @@ def search(config, part: str, candidates, with_candidate, devices, chip, prompt_
 def plan(config, devices, chip, prompt_len: int, model_cfg):
     """The fastest-by-roofline layout that fits, searched in two stages (the learner's programs depend only on its
     mesh, remat and micro-batch; the sampler's only on its own layout and the state held beside it): first the
-    learner's (`aot.plan_candidates`), then, with it, the sampler's (`aot.sampler_candidates`: the learner's mesh
-    itself or a colocated layout). -> (config, programs) or None."""
-    from rl4llm.train import aot
+    learner's (`aot_plan.plan_candidates`), then, with it, the sampler's (`aot_plan.sampler_candidates`: the
+    learner's mesh itself or a colocated layout). -> (config, programs) or None."""
+    from rl4llm.train import aot_plan
 
-    learner = search(config, "learner", aot.plan_candidates(config, len(devices), model_cfg), aot.with_layout,
-                     devices, chip, prompt_len)
+    learner = search(config, "learner", aot_plan.plan_candidates(config, len(devices), model_cfg),
+                     aot_plan.with_layout, devices, chip, prompt_len)
     if learner is None:
         return None
     config, learner_programs = learner
-    sampler = search(config, "sampler", aot.sampler_candidates(config, len(devices), model_cfg),
-                     aot.with_sampler_layout, devices, chip, prompt_len)
+    sampler = search(config, "sampler", aot_plan.sampler_candidates(config, len(devices), model_cfg),
+                     aot_plan.with_sampler_layout, devices, chip, prompt_len)
     if sampler is None:
         return None
     config, sampler_programs = sampler

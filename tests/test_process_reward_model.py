@@ -18,6 +18,7 @@ from rl4llm import reward_model as rm
 from rl4llm.data import arithmetic
 from rl4llm.rewards import arithmetic as arithmetic_rewards
 from rl4llm.tokenizers import sentencepiece_tokenizer
+from rl4llm.train import process_sequences
 from rl4llm.train import reward_model_job
 from tests.test_train_reward_model import rm_config, sampling_policy
 
@@ -146,7 +147,7 @@ def test_training_binary_writes_a_prm_that_loads_scores_and_beats_chance(tmp_pat
     task = reward_model_job.tasks_lib.build(parsed.task, 0)
     run_tokenizer = reward_model_job.setup_lib.model_tokenizer(parsed, str(tmp_path), task)
     scorer = prm.Scorer.from_checkpoint(summary["checkpoint"], run_tokenizer, task.source.corpus(0)[0])
-    held_out = reward_model_job.step_sequences(parsed, run_tokenizer, task.source.test_examples(60),
+    held_out = process_sequences.step_sequences(parsed, run_tokenizer, task.source.test_examples(60),
                                                np.random.default_rng((0, reward_model_job._EVAL_STREAM)))
     again = prm.evaluate(scorer.cfg, scorer.params, held_out)
     assert again["eval/step_accuracy"] == summary["rm_eval_step_accuracy"]
@@ -233,7 +234,7 @@ def test_prm_sampled_from_a_policy_keeps_every_completion_with_the_judges_labels
 
     c = rm_config(objective="process")
     config, policy, examples, key = sampling_policy(c, tmp_path)
-    batch, metrics = reward_model_job.policy_step_sequences(config, policy.setup.tokenizer, policy, examples, key)
+    batch, metrics = process_sequences.policy_step_sequences(config, policy.setup.tokenizer, policy, examples, key)
     prompts = [e.prompt for e in examples for _ in range(4)]
     again = evaluate_lib.generate_scored(
         policy.setup.model_cfg, policy.params, policy.setup.tokenizer, prompts,

@@ -15,6 +15,7 @@ from rl4llm import models
 from rl4llm.models import flops as flops_lib
 from rl4llm.parallel import tpu
 from rl4llm.train import aot
+from rl4llm.train import aot_plan
 
 # state bytes per parameter: float32 params, Adam's two moments, the float32 KL reference copy
 STATE_BYTES_PER_PARAM = 4 + 4 + 4 + 4
@@ -108,14 +109,14 @@ def test_roofline_and_mfu():
 
 def test_planner_ranks_every_layout_of_the_slice_without_compiling():
     config = small_run("tiny", (1, 4, 1))
-    candidates = aot.plan_candidates(config, 4, models.get_config("tiny"))  # 4 heads: tensor 1, 2 or 4
+    candidates = aot_plan.plan_candidates(config, 4, models.get_config("tiny"))  # 4 heads: tensor 1, 2 or 4
     assert {c["mesh"] for c in candidates} == {(1, 4, 1), (2, 2, 1), (4, 1, 1), (1, 2, 2), (2, 1, 2), (1, 1, 4)}
     assert {c["remat"] for c in candidates} == {"full", "dots"}
     for c in candidates:
         shards = c["mesh"][0] * c["mesh"][1]
         assert c["micro_batch_size"] % shards == 0 and ROWS % c["micro_batch_size"] == 0
     devices = tpu.topology_devices("v5e:2x2")
-    estimate = aot.compile_run(aot.with_layout(config, candidates[0]), devices, PROMPT_LEN, compile=False)
+    estimate = aot.compile_run(aot_plan.with_layout(config, candidates[0]), devices, PROMPT_LEN, compile=False)
     assert all(p.memory is None and p.phases for p in estimate)
     seconds, model_flops = aot.step_estimate(estimate, tpu.CHIPS["v5e"], 4)
     assert seconds > 0 and model_flops > 0
@@ -176,25 +177,27 @@ def test_planner_searches_sampler_layouts_after_the_learners():
     and one call first (the fewest bytes streamed per token, the weights streamed once). Each carries the analytic
     lower bound of its memory the planner uses to skip layouts without compiling them."""
     config = small_run("tiny", (1, 4, 1)).replace(model={"dtype": "bfloat16"})
-    candidates = aot.sampler_candidates(config, 4, models.get_config("tiny"))
+    candidates = aot_plan.sampler_candidates(config, 4, models.get_config("tiny"))
     assert {c["rows_per_call"] for c in candidates} == {ROWS, ROWS // 2}  # whole groups of 4
     assert {c["sampler"] for c in candidates if "sampler_mesh" not in c} == {"shared"}
     assert {c["sampler_mesh"] for c in candidates if "sampler_mesh" in c} == {
         (1, 4, 1), (2, 2, 1), (4, 1, 1), (1, 2, 2), (2, 1, 2), (1, 1, 4)}
     assert len(candidates) == 2 * 7
     devices, chip = tpu.topology_devices("v5e:2x2"), tpu.CHIPS["v5e"]
-    estimates = {str(c): aot.compile_run(aot.with_sampler_layout(config, c), devices, PROMPT_LEN, compile=False,
+    estimates = {str(c): aot.compile_run(aot_plan.with_sampler_layout(config, c), devices, PROMPT_LEN, compile=False,
                                          parts=("sampler",)) for c in candidates}
     seconds = {k: aot.step_estimate(v, chip, 4)[0] for k, v in estimates.items()}
     assert min(seconds, key=seconds.get) == str({"sampler": "colocated", "sampler_mesh": (1, 1, 4),
                                                  "rows_per_call": ROWS})
-    half = aot.with_sampler_layout(config, {"sampler": "shared", "rows_per_call": ROWS // 2})
+    half = aot_plan.with_sampler_layout(config, {"sampler": "shared", "rows_per_call": ROWS // 2})
     assert half.sampling.rows_per_call == ROWS // 2 and half.mesh.sampler == "shared"
-    assert aot.with_sampler_layout(config, {"sampler": "shared", "rows_per_call": ROWS}).sampling.rows_per_call == 0
+    whole = aot_plan.with_sampler_layout(config, {"sampler": "shared", "rows_per_call": ROWS})
+    assert whole.sampling.rows_per_call == 0  # one call: no chunking
     # lower bound: the sampler's weights (float32 FSDP shards on the shared mesh) + its KV cache + the state but its
     # params; half the rows per call, half the KV cache
     cfg, n = models.get_config("tiny"), num_params("tiny")
-    kv = lambda rows: 2 * cfg.num_layers * rows * cfg.num_kv_heads * (PROMPT_LEN + NEW_TOKENS) * cfg.head_dim * 2  # noqa
+    slots = PROMPT_LEN + NEW_TOKENS
+    kv = lambda rows: 2 * cfg.num_layers * rows * cfg.num_kv_heads * slots * cfg.head_dim * 2  # noqa: E731
     bound = {r: next(p for p in estimates[str({"sampler": "shared", "rows_per_call": r})]
                      if p.name == "sampler.generate").lower_bound for r in (ROWS, ROWS // 2)}
     # and the prefill's gate and up outputs of every prompt token (bfloat16 [rows, P, I] each, rows over 4 chips)

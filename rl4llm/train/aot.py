@@ -10,8 +10,8 @@ and, when the sampler has its own layout, the cast of its weights copy (`paralle
 the transfer to it. Each is lowered on ShapeDtypeStructs of the shapes one RL step feeds it and compiled for those
 devices; `Program` keeps its compiled memory (`parallel.tpu.MemoryUse`), the bytes of the run's state held in HBM
 beside it (`Program.resident`), compile time, XLA's FLOP count and the analytic phases of its roofline
-(`train.aot_costs`). `plan_candidates` / `sampler_candidates` are the layouts `experiments/compile_for_tpu.py --plan`
-searches. PRIME's implicit PRM and agent (multi-turn) runs are not covered.
+(`train.aot_costs`). `train.aot_plan` holds the layouts `experiments/compile_for_tpu.py --plan` searches. PRIME's
+implicit PRM and agent (multi-turn) runs are not covered.
 """
 
 from __future__ import annotations
@@ -222,8 +222,9 @@ def sampler_programs(config, layout: layout_lib.Layout, params, prompt_len: int,
     state_bytes, params_bytes = resident
     held = {"shared": state_bytes - params_bytes, "colocated": state_bytes, "disaggregated": 0.0}
     # at least: the weights, the KV cache, the prefill's MLP activations, and the state held beside them
-    floor = (aot_costs.per_device_bytes(sampler_params) + costs.kv_cache_read(n, prompt_len + sampling_cfg.max_new_tokens)
-             + costs.prefill_mlp_bytes(prompts, prompt_len) + held[layout.meshes.placement])
+    cache = costs.kv_cache_read(n, prompt_len + sampling_cfg.max_new_tokens)
+    floor = (aot_costs.per_device_bytes(sampler_params) + cache + costs.prefill_mlp_bytes(prompts, prompt_len)
+             + held[layout.meshes.placement])
     out = [build("sampler.generate", layout.generate_program(sampling_cfg), args,
                  costs.generate(n, prompt_len, sampling_cfg.max_new_tokens, prompts), calls,
                  resident=held[layout.meshes.placement], lower_bound=floor)]
@@ -321,59 +322,3 @@ def step_estimate(programs: list[Program], chip: tpu.Chip, devices: int) -> tupl
     seconds = sum(p.calls_per_step * ph.seconds(chip, devices) for p in programs for ph in p.phases)
     model_flops = sum(p.calls_per_step * ph.model_flops for p in programs for ph in p.phases)
     return seconds, model_flops
-
-
-def plan_candidates(config, num_devices: int, model_cfg: models.ModelConfig) -> list[dict]:
-    """The layouts a planner compiles: every (data, fsdp, tensor) with data·fsdp·tensor = num_devices whose tensor
-    size divides the query heads, and whose data·fsdp divides the minibatch rows; x remat "full" / "dots"; x the
-    micro-batch sizes (multiples of data·fsdp dividing the minibatch, from one row per device up to 8) -- as
-    config overrides {"mesh": (d, f, t), "remat": ..., "micro_batch_size": m}."""
-    rows = rollout_rows(config) // config.rl.num_minibatches
-    out = []
-    for tensor in (t for t in range(1, num_devices + 1) if num_devices % t == 0 and model_cfg.num_heads % t == 0):
-        for data in (d for d in range(1, num_devices // tensor + 1) if (num_devices // tensor) % d == 0):
-            shards = num_devices // tensor
-            if rows % shards:
-                continue
-            micro = [shards * k for k in (1, 2, 4, 8) if rows % (shards * k) == 0]
-            out += [dict(mesh=(data, shards // data, tensor), remat=remat, micro_batch_size=m)
-                    for remat in ("full", "dots") for m in micro]
-    return out
-
-
-def with_layout(config: config_lib.RunConfig, candidate: dict) -> config_lib.RunConfig:
-    """`config` with a planner candidate's mesh, remat mode and micro-batch size."""
-    data, fsdp, tensor = candidate["mesh"]
-    return config.replace(mesh=dict(data=data, fsdp=fsdp, tensor=tensor), model={"remat": candidate["remat"]},
-                          rl={"micro_batch_size": candidate["micro_batch_size"]})
-
-
-def sampler_candidates(config, num_devices: int, model_cfg: models.ModelConfig) -> list[dict]:
-    """The sampler layouts a planner compiles, for the learner layout `config` already has: its own mesh ("shared":
-    the sampler reads the learner's arrays) or the same devices in any (data, fsdp, tensor) layout whose tensor size
-    divides the query heads ("colocated": a copy of the weights in the compute dtype, made after each update); each
-    with every `rows_per_call` R (the step's rows, or 1/2, 1/4, ..., 1/64 of them, in whole groups). As config
-    overrides {"sampler": "shared", "rows_per_call": R} / {"sampler": "colocated", "sampler_mesh": (d, f, t),
-    "rows_per_call": R}. Decoding streams every weight per token, split only by `tensor`, so the roofline favours
-    tensor-parallel samplers and few calls; fsdp and smaller calls only buy memory (less of the weights, less KV
-    cache)."""
-    g = config.rl.num_generations
-    rows = config.rl.num_prompts * g
-    per_call = [rows // k for k in (1, 2, 4, 8, 16, 32, 64) if rows % k == 0 and (rows // k) % g == 0]
-    layouts = [dict(sampler="shared")]
-    for tensor in (t for t in range(1, num_devices + 1) if num_devices % t == 0 and model_cfg.num_heads % t == 0):
-        shards = num_devices // tensor
-        layouts += [dict(sampler="colocated", sampler_mesh=(data, shards // data, tensor))
-                    for data in range(1, shards + 1) if shards % data == 0]
-    return [dict(layout, rows_per_call=r) for layout in layouts for r in per_call]
-
-
-def with_sampler_layout(config: config_lib.RunConfig, candidate: dict) -> config_lib.RunConfig:
-    """`config` with a sampler candidate of `sampler_candidates`."""
-    rows = candidate["rows_per_call"]
-    rows_per_call = 0 if rows == config.rl.num_prompts * config.rl.num_generations else rows
-    if candidate["sampler"] == "shared":
-        return config.replace(mesh=dict(sampler="shared"), sampling=dict(rows_per_call=rows_per_call))
-    data, fsdp, tensor = candidate["sampler_mesh"]
-    return config.replace(mesh=dict(sampler="colocated", sampler_data=data, sampler_fsdp=fsdp, sampler_tensor=tensor),
-                          sampling=dict(rows_per_call=rows_per_call))

@@ -22,9 +22,9 @@ rollout settings, the task's verifier labels them, and each prompt gives min(acc
 rejected) pairs: `reward_model.sample_prompts` training prompts sampled once into a pool the updates draw from, and
 the `eval_pairs` held-out prompts' pairs for the accuracy (fewer pairs than prompts: a prompt whose samples all agree
 gives none). This is the RM of a real RLHF pipeline: it must tell the policy's right answers from its wrong ones.
-For "process" every sampled completion is kept (`policy_step_sequences`: the pool holds G·`sample_prompts`
-sequences, each update draws 2·`batch_size`), its steps labelled by the judge: the PRM learns the steps the policy
-writes, right and wrong.
+For "process" every sampled completion is kept (`process_sequences.policy_step_sequences`: the pool holds
+G·`sample_prompts` sequences, each update draws 2·`batch_size`), its steps labelled by the judge: the PRM learns the
+steps the policy writes, right and wrong.
 
 The RM's decoder is `config.model` (a preset with the task's tokenizer, or `model.hf_checkpoint`), without LoRA;
 its trunk starts from the SFT policy of `config.reward_model.init_from` (an experiments.train workdir, whose
@@ -52,11 +52,11 @@ from rl4llm import process_reward_model as prm
 from rl4llm import reward_model as rm
 from rl4llm.data import arithmetic
 from rl4llm.data import tasks as tasks_lib
-from rl4llm.rewards import process as process_lib
 from rl4llm.train import checkpointing
 from rl4llm.train import evaluate as evaluate_lib
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import optim
+from rl4llm.train import process_sequences
 from rl4llm.train import runs
 from rl4llm.train import setup as setup_lib
 from rl4llm.verifiers import generative
@@ -64,7 +64,6 @@ from rl4llm.verifiers import templates
 
 STAGE = "rm"
 _TRAIN_STREAM, _EVAL_STREAM = 0, 1  # rng streams of the corruptions (and of the sampled pairs' keys)
-STEP_JUDGE = process_lib.JUDGES["arithmetic_steps"]  # the PRM's labels ("process")
 
 
 def preference_pairs(config, tokenizer, examples, rng: np.random.Generator) -> rm.PairBatch:
@@ -118,35 +117,6 @@ def policy_pairs(config, tokenizer, policy: runs.Policy, examples, key) -> tuple
     return pairs, metrics
 
 
-def step_sequences(config, tokenizer, examples, rng: np.random.Generator) -> prm.StepBatch:
-    """The PRM's batch ("process"): each example's reference solution, then a `wrong_solution` of it (the same 2P
-    sequences as `preference_pairs`'), every step labelled by the task's exact judge (`prm.encode_steps`)."""
-    wrong = [arithmetic.wrong_solution(e.solution, rng, config.reward_model.corruption) for e in examples]
-    return prm.encode_steps(tokenizer, STEP_JUDGE, [e.prompt for e in examples] * 2,
-                            [e.solution for e in examples] + wrong, prompt_bucket=config.sampling.prompt_bucket,
-                            completion_len=config.sampling.max_new_tokens)
-
-
-def policy_step_sequences(config, tokenizer, policy: runs.Policy, examples, key) -> tuple[prm.StepBatch, dict]:
-    """The PRM's sequences from `policy`'s own completions of `examples` ("process"): G = `config.rl.num_generations`
-    samples of each prompt at its rollout settings (`evaluate.generate_scored`, `key`), every one kept, its steps
-    labelled by the judge; encoded from their text as `policy_pairs`' are (a sample whose tokens do not survive
-    decoding, an untrained policy's, is read as its text). -> (StepBatch, metrics `sequences`, `accepted_frac` (the
-    verifier's), `sound_step_frac` (the judge's, over all steps))."""
-    g = config.rl.num_generations
-    prompts, answers = [e.prompt for e in examples for _ in range(g)], [e.answer for e in examples for _ in range(g)]
-    setup = policy.setup
-    completions = evaluate_lib.generate_scored(setup.model_cfg, policy.params, setup.tokenizer, prompts, answers, key,
-                                               setup.rollout_cfg, setup.eval_spec, setup.score_fn)
-    batch = prm.encode_steps(tokenizer, STEP_JUDGE, prompts, list(completions.texts),
-                             prompt_bucket=config.sampling.prompt_bucket,
-                             completion_len=config.sampling.max_new_tokens)
-    ends = np.asarray(batch.step_ends, bool)
-    metrics = {"sequences": float(len(prompts)), "accepted_frac": float(np.mean(completions.rewards == 1.0)),
-               "sound_step_frac": float(np.asarray(batch.step_labels)[ends].mean())}
-    return batch, metrics
-
-
 def pool_batch(pool, batch_size: int, rng: np.random.Generator):
     """`batch_size` rows (pairs, or a PRM's sequences) of `pool` drawn uniformly without replacement (with, when the
     pool is smaller)."""
@@ -157,8 +127,8 @@ def pool_batch(pool, batch_size: int, rng: np.random.Generator):
 
 def train_batch(config, task, tokenizer, step: int, pool: rm.PairBatch | None = None):
     """The batch of update `step` (a pure function of the seed and step): drawn from the `pool` of sampled pairs
-    (`policy_pairs`; a PRM's sampled sequences, `policy_step_sequences`) when there is one, else the reference vs
-    corrupted pairs of the step's training problems."""
+    (`policy_pairs`; a PRM's sampled sequences, `process_sequences.policy_step_sequences`) when there is one, else
+    the reference vs corrupted pairs of the step's training problems."""
     rng = np.random.default_rng((config.seed, _TRAIN_STREAM, step))
     objective = config.reward_model.objective
     if pool is not None:
@@ -170,7 +140,7 @@ def train_batch(config, task, tokenizer, step: int, pool: rm.PairBatch | None = 
     if objective == "judge":
         return judge_texts(config, tokenizer, examples, rng)
     if objective == prm.OBJECTIVE:
-        return step_sequences(config, tokenizer, examples, rng)
+        return process_sequences.step_sequences(config, tokenizer, examples, rng)
     pairs = preference_pairs(config, tokenizer, examples, rng)
     return pairs if objective == "bradley_terry" else as_labelled(pairs)
 
@@ -261,9 +231,10 @@ def judge_token_ids(config, tokenizer) -> tuple[int, int]:
 def sampled_pairs(config, tokenizer):
     """(training pool, held-out pairs, metrics `pool/*` and `held_out/*` of `policy_pairs`) sampled by the policy of
     `config.reward_model.sample_from` (its last checkpoint) from `sample_prompts` training prompts and the
-    `eval_pairs` held-out ones of its own task; for "process", a PRM's sequences (`policy_step_sequences`)."""
+    `eval_pairs` held-out ones of its own task; for "process", a PRM's sequences
+    (`process_sequences.policy_step_sequences`)."""
     r = config.reward_model
-    sample = policy_step_sequences if r.objective == prm.OBJECTIVE else policy_pairs
+    sample = process_sequences.policy_step_sequences if r.objective == prm.OBJECTIVE else policy_pairs
     try:
         policy = runs.restore_policy(r.sample_from)
     except FileNotFoundError as e:
@@ -285,12 +256,13 @@ def _objective(config, model_cfg, task, tokenizer, optimizer, key, held_out_pair
     """(initial params, jitted update, held-out batch, `(params, batch) -> held-out metrics`) of
     `config.reward_model.objective`: the scalar RM (`rm.init_params`, `rm.make_train_step`, `evaluate`; held-out
     pairs `held_out_pairs_`, else the corrupted ones), the PRM ("process": the same params, `prm.make_train_step`,
-    `prm.evaluate`; held-out sequences `held_out_pairs_`, else `step_sequences` of the held-out problems) or, for
-    "judge", the bare decoder as a generative verifier (`generative.make_train_step`, `evaluate_judge`)."""
+    `prm.evaluate`; held-out sequences `held_out_pairs_`, else `process_sequences.step_sequences` of the held-out
+    problems) or, for "judge", the bare decoder as a generative verifier (`generative.make_train_step`,
+    `evaluate_judge`)."""
     r = config.reward_model
     params = initial_params(config, model_cfg, key)
     if r.objective == prm.OBJECTIVE:
-        held_out = held_out_pairs_ if held_out_pairs_ is not None else step_sequences(
+        held_out = held_out_pairs_ if held_out_pairs_ is not None else process_sequences.step_sequences(
             config, tokenizer, task.source.test_examples(r.eval_pairs),
             np.random.default_rng((config.seed, _EVAL_STREAM)))
         return params, prm.make_train_step(model_cfg, optimizer), held_out, functools.partial(prm.evaluate, model_cfg)

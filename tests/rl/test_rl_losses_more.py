@@ -309,6 +309,8 @@ MECHANISM_METRICS = {
                 "off_exploration_weight_mean", "clip_frac"),
     "adhint": ("off_policy_frac", "off_is_weight_mean", "off_is_weight_max", "off_is_weight_min", "off_masked_frac",
                "off_low_prob_frac", "clip_frac", "dual_clip_frac"),
+    "herl": ("off_policy_frac", "off_is_weight_mean", "off_is_weight_max", "off_is_weight_min",
+             "off_shaped_weight_mean", "off_is_clamp_frac", "clip_frac", "dual_clip_frac"),
 }
 
 

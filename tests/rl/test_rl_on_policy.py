@@ -55,6 +55,8 @@ EXTRAS = {
     "luffy": dict(off_policy_mask=TRACE),
     "rl_plus": dict(off_policy_mask=TRACE),
     "adhint": dict(off_policy_mask=HINT),
+    # HeRL: row 1 a guided response whose behaviour log-probs are the policy's own (empty guidance): w = 1
+    "herl": dict(off_policy_mask=TRACE, sampler_logp=LOGP),
 }
 
 
@@ -96,6 +98,11 @@ def _adhint_expected():
     return -A_TOK * np.where(HINT > 0, kept * p, 1.0) * W["token-mean"]
 
 
+def _herl_expected():
+    # guided tokens at w = π_θ/π_b = 1: d(−A·w/(w + γ))/dlogp = −A·γw/(w + γ)² = −A/4 (γ = 1); the others −A
+    return -A_TOK * np.where(TRACE > 0, 0.25, 1.0) * W["token-mean"]
+
+
 EXPECTED = {  # on-policy dL/dlogp for each loss at its default aggregation
     "ppo_clip": lambda: -A_TOK * W["token-mean"],
     "cispo": lambda: -A_TOK * W["token-mean"],  # IS weight clip(1) = 1
@@ -113,6 +120,7 @@ EXPECTED = {  # on-policy dL/dlogp for each loss at its default aggregation
     "luffy": _luffy_expected,
     "rl_plus": _rl_plus_expected,
     "adhint": _adhint_expected,
+    "herl": _herl_expected,
 }
 
 
