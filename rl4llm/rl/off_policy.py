@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 
 from rl4llm.rl.aggregation import masked_mean, require
-from rl4llm.rl.losses import Metrics, _clamped_log_ratio, _ppo_token_loss, _reduce, _selected_mean, _token_advantages
+from rl4llm.rl.losses import (_LOG_RATIO_CLAMP, Metrics, _clamped_log_ratio, _ppo_token_loss, _reduce, _selected_mean,
+                              _token_advantages)
 
 
 def luffy(
@@ -128,10 +129,6 @@ def rl_plus(
     return _reduce(token_loss, mask, agg_mode, agg_weights, is_weights), metrics
 
 
-# The log importance ratio of `herl` is clamped to ±this (verl's, as `losses._clamped_log_ratio`): w ∈ [e^-20, e^20].
-_LOG_RATIO_BOUND = 20.0
-
-
 def herl(
     logp: jax.Array,  # [N, T]
     old_logp: jax.Array,  # [N, T]
@@ -176,15 +173,15 @@ def herl(
     require("shaping_gamma", shaping_gamma, shaping_gamma > 0, "must be > 0")
     off = _trace_tokens(off_policy_mask, mask)
     behaviour = jnp.zeros_like(logp) if sampler_logp is None else sampler_logp
-    log_ratio = jnp.where(off, logp, 0.0) - jnp.where(off, behaviour, 0.0)
-    is_weight = jnp.exp(jnp.clip(log_ratio, -_LOG_RATIO_BOUND, _LOG_RATIO_BOUND))
+    log_ratio = _clamped_log_ratio(jnp.where(off, logp, 0.0), jnp.where(off, behaviour, 0.0))  # ±20, torch's grad
+    is_weight = jnp.exp(log_ratio)
     shaped = is_weight / (is_weight + shaping_gamma)
     adv = _token_advantages(advantages)
     token_loss, metrics = _mixed(adv, logp, old_logp, mask, off, -adv * shaped, is_weight,
-                                 math.exp(_LOG_RATIO_BOUND), clip_low, clip_high, True, dual_clip)
+                                 math.exp(_LOG_RATIO_CLAMP), clip_low, clip_high, True, dual_clip)
     guided = mask * off
     metrics["off_shaped_weight_mean"] = _selected_mean(jax.lax.stop_gradient(shaped), guided)
-    clamped = (jnp.abs(log_ratio) >= _LOG_RATIO_BOUND).astype(jnp.float32)
+    clamped = (jnp.abs(log_ratio) >= _LOG_RATIO_CLAMP).astype(jnp.float32)
     metrics["off_is_clamp_frac"] = _selected_mean(clamped, guided)
     return _reduce(token_loss, mask, agg_mode, agg_weights, is_weights), metrics
 

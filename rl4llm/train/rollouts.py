@@ -62,12 +62,12 @@ def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, c
     scores, main, components, metrics = setup.rewards.score(
         texts, answers, completion_mask.sum(-1), group_ids, max_length=config.sampling.max_new_tokens,
         first_flaws=first_flaws)
-    if setup.step_reward_model is not None:
+    if setup.step_reward_model is not None or setup.reward_model is not None:  # the models read [prompt | completion]
         tokens, mask = batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask)
+    if setup.step_reward_model is not None:
         process["step_scores"] = with_step_reward_model(setup, tokens, mask, process["step_scores"],
                                                         process["step_ends"], metrics)
     if setup.reward_model is not None:
-        tokens, mask = batches.join_sequences(prompt_tokens, prompt_mask, completion_tokens, completion_mask)
         scores = with_reward_model(config, setup, tokens, mask, scores, main, metrics, reward_model_params)
     if setup.verifier is not None:
         questions = batches.decode_completions(setup.tokenizer, prompt_tokens, prompt_mask)
