@@ -241,8 +241,9 @@ class Critic:
 
 SCALAR_REWARD_MODEL_OBJECTIVES = ("bradley_terry", "bce")  # rl4llm.reward_model.OBJECTIVES
 # "process": a PRM (rl4llm.process_reward_model) trained on the step judge's labels of each step;
-# "judge": a generative verifier (rl4llm.verifiers.generative) trained on the pairs' verdicts
-REWARD_MODEL_OBJECTIVES = (*SCALAR_REWARD_MODEL_OBJECTIVES, "process", "judge")
+# "judge": a generative verifier (rl4llm.verifiers.generative) trained on the pairs' verdicts; "critique": a critique
+# judge (rl4llm.verifiers.critique) fine-tuned on the step judge's procedural critiques (rl4llm.train.critique_job)
+REWARD_MODEL_OBJECTIVES = (*SCALAR_REWARD_MODEL_OBJECTIVES, "process", "judge", "critique")
 
 
 @_section
@@ -268,8 +269,9 @@ class RewardModel:
                            Satisfies(lambda v: not v or os.path.isdir(os.path.join(v, "checkpoints", "sft")),
                                      "has no checkpoints/sft (run experiments.train there first)"))
     objective: str = param("bradley_terry", "training: preference pairs (Bradley-Terry), verifier labels (bce), "
-                           "a PRM on the step judge's labels (process; per-step BCE), or a generative verifier's "
-                           "Yes/No verdicts (judge; config.generative_verifier's template)",
+                           "a PRM on the step judge's labels (process; per-step BCE), a generative verifier's "
+                           "Yes/No verdicts (judge; config.generative_verifier's template), or a critique judge's "
+                           "critiques (critique: SFT on the step judge's procedural critiques)",
                            OneOf(REWARD_MODEL_OBJECTIVES))
     steps: int = param(200, "training: optimizer updates", AtLeast(1))
     batch_size: int = param(32, "training: preference pairs per update (bce, process: 2x as many sequences)",
@@ -293,13 +295,20 @@ class RewardModel:
 
 
 GENERATIVE_VERIFIER_NORMALISATIONS = ("full", "yes_no")  # rl4llm.verifiers.generative.judge_probabilities
+GENERATIVE_VERIFIER_KINDS = ("p_yes", "critique")  # rl4llm.verifiers.generative / rl4llm.verifiers.critique
 
 
 @_section
 class GenerativeVerifier:
-    """A generative verifier (rl4llm.verifiers.generative): a decoder prompted with `template` whose reward is
-    P(yes_token) as its next token (the soft verifier of arXiv 2503.23829), scoring the RL rollouts in one batched
-    jitted forward when `checkpoint` or `hf_checkpoint` is set."""
+    """A generative verifier, scoring the RL rollouts when `checkpoint` or `hf_checkpoint` is set: kind "p_yes"
+    (rl4llm.verifiers.generative), a decoder prompted with `template` whose reward is P(yes_token) as its next token
+    (the soft verifier of arXiv 2503.23829), one batched jitted forward; kind "critique" (rl4llm.verifiers.critique,
+    DeepSeek-GRM), a decoder that writes `samples` critiques of at most `max_critique_length` tokens at
+    `temperature` after the same judge text, each ending in a score in [1, 10], parsed strictly and summed; the
+    reward is the sum mapped to [0, 1] (one batched jitted sampling call)."""
+
+    kind: str = param("p_yes", "the judge: P(yes_token) of its next token ('p_yes') or sampled critiques ending in a "
+                      "parsed score, summed ('critique')", OneOf(GENERATIVE_VERIFIER_KINDS))
 
     checkpoint: str = param("", "a verifier directory (verifiers.generative.save), on the run's tokenizer; '' = none",
                             Satisfies(lambda v: not v or os.path.isdir(v),
@@ -317,6 +326,12 @@ class GenerativeVerifier:
     mode: str = param("replace", "the reward is weight*score ('replace') or rule reward + weight*score ('add')",
                       OneOf(combine_lib.REWARD_MODEL_MODES))
     weight: float = param(1.0, "the verifier score's weight in the reward", Between(-1e6, 1e6))
+    samples: int = param(1, "critique: k critiques sampled per completion, their scores summed (the paper's voting)",
+                         AtLeast(1))
+    temperature: float = param(0.0, "critique: the critiques' sampling temperature (0: greedy, then samples=1)",
+                               Between(0.0, 10.0))
+    max_critique_length: int = param(48, "critique: a critique's most tokens (one that does not stop by then is not "
+                                     "parsable: it votes the minimum score)", AtLeast(4))
 
 
 @_section

@@ -969,8 +969,9 @@ def _generative_verifier_errors(config) -> list[str]:
         templates.template_pieces(v.template)
     except ValueError as e:
         errors.append(f"config.generative_verifier.template={v.template!r}: {e}")
-    if v.yes_token == v.no_token:
+    if v.kind == "p_yes" and v.yes_token == v.no_token:
         errors.append(f"config.generative_verifier.no_token={v.no_token!r}: the same text as yes_token")
+    errors += _critique_errors(v)
     if agent_config.is_agent_config(config):
         errors.append(f"{field}: scores single-turn rollouts only; agent runs (config.agent.env="
                       f"{config.agent.env!r}) are scored by their env")
@@ -987,6 +988,22 @@ def _generative_verifier_errors(config) -> list[str]:
                       f"config.task.extra_rewards={task.extra_rewards!r} / length_shaping={task.length_shaping!r} "
                       "would be dropped; use mode='add' or unset them")
     return errors
+
+
+def _critique_errors(v) -> list[str]:
+    """The sampling fields of a critique judge (config.generative_verifier.kind='critique') and the P(Yes) fields of
+    the other kind do not cross."""
+    if v.kind == "critique":
+        errors = []
+        if v.hard:
+            errors.append("config.generative_verifier.hard=True: thresholds P(Yes) (kind='p_yes'); a critique judge's "
+                          "reward is its vote of parsed scores")
+        if v.samples > 1 and v.temperature == 0:
+            errors.append(f"config.generative_verifier.samples={v.samples}: at temperature 0 the k critiques are the "
+                          "same greedy one; set samples=1 or config.generative_verifier.temperature > 0")
+        return errors
+    return [f"config.generative_verifier.{f}={getattr(v, f)!r}: samples critiques (kind='critique'); kind='p_yes' "
+            "reads one forward" for f, default in (("samples", 1), ("temperature", 0.0)) if getattr(v, f) != default]
 
 
 def _model_errors(config) -> list[str]:

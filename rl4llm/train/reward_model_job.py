@@ -14,7 +14,8 @@ way). The held-out metric is the same for these: the fraction of pairs with r_ch
 P(Yes | chosen) > P(Yes | rejected)). "process" trains a PRM (`rl4llm.process_reward_model`) with the per-step BCE on
 the same 2P sequences (or the policy's samples, below), each step labelled by the task's exact step judge
 (`rewards.arithmetic.step_labels`); its held-out metrics are the step accuracy and AUC over the held-out problems'
-steps.
+steps. "critique" fine-tunes a critique judge (`train.critique_job`: DeepSeek-GRM's principles, step verdicts and score)
+on the procedural critiques of the "judge" objective's texts; held-out: its greedy critiques' verdict accuracy.
 
 With `config.reward_model.sample_from` (an experiments.train workdir) the pairs are the policy's own completions
 instead (`policy_pairs`): its last checkpoint samples G = `rl.num_generations` completions of each prompt at its
@@ -53,6 +54,7 @@ from rl4llm import reward_model as rm
 from rl4llm.data import arithmetic
 from rl4llm.data import tasks as tasks_lib
 from rl4llm.train import checkpointing
+from rl4llm.train import critique_job
 from rl4llm.train import evaluate as evaluate_lib
 from rl4llm.train import metrics as metrics_lib
 from rl4llm.train import optim
@@ -137,8 +139,8 @@ def train_batch(config, task, tokenizer, step: int, pool: rm.PairBatch | None = 
         pairs = pool_batch(pool, config.reward_model.batch_size, rng)
         return pairs if objective == "bradley_terry" else as_labelled(pairs)
     examples = task.source.train_examples(step, config.reward_model.batch_size)
-    if objective == "judge":
-        return judge_texts(config, tokenizer, examples, rng)
+    if objective in ("judge", critique_job.OBJECTIVE):
+        return (judge_texts if objective == "judge" else critique_job.critique_batch)(config, tokenizer, examples, rng)
     if objective == prm.OBJECTIVE:
         return process_sequences.step_sequences(config, tokenizer, examples, rng)
     pairs = preference_pairs(config, tokenizer, examples, rng)
@@ -161,12 +163,14 @@ def judge_texts(config, tokenizer, examples, rng: np.random.Generator) -> rm.Lab
 
 def evaluate_judge(model_cfg, params, batch: rm.LabelBatch, yes_id: int, no_id: int) -> dict:
     """Held-out `eval/pairwise_accuracy` (P(Yes | reference) > P(Yes | wrong solution), strict: `judge_texts`' first
-    half against its second), `eval/loss` (`generative.judge_objective`) and `eval/margin` (mean P(Yes) gap)."""
+    half against its second), `eval/loss` and `eval/verdict_accuracy` (`generative.judge_objective`'s: P(Yes) > P(No)
+    on the right ones, < on the wrong) and `eval/margin` (mean P(Yes) gap)."""
     p_yes, _ = generative.make_judge_fn(model_cfg, yes_id, no_id, "full")(params, batch.tokens, batch.attention_mask)
     chosen, rejected = np.split(np.asarray(jax.device_get(p_yes)), 2)
-    loss, _ = jax.device_get(jax.jit(generative.judge_objective, static_argnums=(0, 1, 2))(
+    loss, metrics = jax.device_get(jax.jit(generative.judge_objective, static_argnums=(0, 1, 2))(
         model_cfg, yes_id, no_id, params, batch))
     return {"eval/pairwise_accuracy": float(np.mean(chosen > rejected)), "eval/loss": float(loss),
+            "eval/verdict_accuracy": float(metrics["accuracy"]),
             "eval/margin": float(np.mean(chosen - rejected))}
 
 
@@ -211,9 +215,9 @@ def _check_task(config) -> None:
         raise config_lib.ConfigError(f"config.task.name={config.task.name!r}: the reward-model job builds its "
                                      "preference pairs from the 'arithmetic' task only")
     r = config.reward_model
-    if r.sample_from and r.objective == "judge":
+    if r.sample_from and r.objective in ("judge", critique_job.OBJECTIVE):
         raise config_lib.ConfigError(f"config.reward_model.sample_from={r.sample_from!r}: sampled pairs train a scalar "
-                                     "RM (objective 'bradley_terry', 'bce' or 'process'), not the generative judge")
+                                     "RM (objective 'bradley_terry', 'bce' or 'process'), not a generative judge")
 
 
 def judge_token_ids(config, tokenizer) -> tuple[int, int]:
@@ -266,13 +270,16 @@ def _objective(config, model_cfg, task, tokenizer, optimizer, key, held_out_pair
             config, tokenizer, task.source.test_examples(r.eval_pairs),
             np.random.default_rng((config.seed, _EVAL_STREAM)))
         return params, prm.make_train_step(model_cfg, optimizer), held_out, functools.partial(prm.evaluate, model_cfg)
+    eval_rng = np.random.default_rng((config.seed, _EVAL_STREAM))
+    if r.objective == critique_job.OBJECTIVE:
+        return critique_job.objective(config, model_cfg, tokenizer, optimizer, params["trunk"],
+                                      task.source.test_examples(r.eval_pairs), eval_rng)
     if r.objective != "judge":
         held_out = held_out_pairs_ if held_out_pairs_ is not None else held_out_pairs(config, task, tokenizer)
         return (params, rm.make_train_step(model_cfg, optimizer, r.objective), held_out,
                 functools.partial(evaluate, model_cfg))
     yes_id, no_id = judge_token_ids(config, tokenizer)
-    held_out = judge_texts(config, tokenizer, task.source.test_examples(r.eval_pairs),
-                           np.random.default_rng((config.seed, _EVAL_STREAM)))
+    held_out = judge_texts(config, tokenizer, task.source.test_examples(r.eval_pairs), eval_rng)
     return (params["trunk"], generative.make_train_step(model_cfg, optimizer, yes_id, no_id), held_out,
             functools.partial(evaluate_judge, model_cfg, yes_id=yes_id, no_id=no_id))
 
@@ -332,7 +339,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         "checkpoint": out,
     }
     meta = {"tokenizer_fingerprint": rm.tokenizer_fingerprint(tokenizer, task.source.corpus(0)[0]), **summary}
-    (generative.save if config.reward_model.objective == "judge" else rm.save)(out, model_cfg, params, meta)
+    judge = config.reward_model.objective in ("judge", critique_job.OBJECTIVE)
+    (generative.save if judge else rm.save)(out, model_cfg, params, meta)
     with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
     metric = "eval/step_auc" if config.reward_model.objective == prm.OBJECTIVE else "eval/pairwise_accuracy"

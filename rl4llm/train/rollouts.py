@@ -1,6 +1,7 @@
 """Single-turn rollouts: the RL step's prompts (`config.selection`), G sampled completions each, scored on the host by
 the reward pipeline in one call and, with `config.reward_model.checkpoint`, by the outcome reward model in one jitted
-call on the device, or with `config.generative_verifier`, by the verifier's P(Yes) in one jitted call, their steps
+call on the device, or with `config.generative_verifier`, by the verifier's P(Yes) in one jitted call (kind "critique":
+its k sampled critiques' voted scores, one jitted sampling call), their steps
 scored by a learned PRM in one jitted call with `config.task.step_reward_model` (`rollout_and_score`); ReMax's greedy
 baseline rollout (`greedy_baseline_scores`)."""
 
@@ -23,10 +24,12 @@ from rl4llm.train import rows as rows_lib
 from rl4llm.train import teacher as teacher_lib
 from rl4llm.train.companions import relift
 from rl4llm.train.setup import Setup
+from rl4llm.verifiers import critique as critique_lib
 from rl4llm.verifiers import generative as generative_lib
 
-# The teacher's stream of the generation key (config.teacher): its traces are drawn independently of the rollouts.
-_TEACHER_STREAM = 4000
+# The teacher's stream of the generation key (config.teacher): its traces are drawn independently of the rollouts;
+# the critique judge's (config.generative_verifier.kind="critique") likewise.
+_TEACHER_STREAM, _VERIFIER_STREAM = 4000, 4001
 
 
 def step_prompts(config, setup: Setup, step: int):
@@ -40,12 +43,13 @@ def step_prompts(config, setup: Setup, step: int):
 
 
 def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, completion_mask, prompts, answers,
-          group_ids: np.ndarray, prefixes=None, reward_model_params=None):
+          group_ids: np.ndarray, prefixes=None, reward_model_params=None, key=None):
     """Host rewards of the rows `[prompt | completion]` ([N, P], [N, T] host arrays; the batch scored in one
     pipeline call and, with `config.reward_model.checkpoint`, one RM call: `with_reward_model`).
     `prompts` [N]: each row's prompt text (the process judge reads it, `config.task.flaw_judge`); `prefixes` [N]: text
     scored before each completion (a hint the prompt already holds), or None; `reward_model_params`: the co-trained
-    RM's (`companions.rm_cotraining`), None: the checkpoint's.
+    RM's (`companions.rm_cotraining`), None: the checkpoint's; `key`: draws a critique judge's critiques (None: the
+    seed's key).
 
     Returns (rewards [N], main reward [N], reward components [N, K], reward metrics, the process judge's `Rows` fields
     (`process_fields`)).
@@ -71,7 +75,7 @@ def score(config, setup: Setup, prompt_tokens, prompt_mask, completion_tokens, c
         scores = with_reward_model(config, setup, tokens, mask, scores, main, metrics, reward_model_params)
     if setup.verifier is not None:
         questions = batches.decode_completions(setup.tokenizer, prompt_tokens, prompt_mask)
-        scores = with_verifier(config, setup, questions, answers, texts, scores, main, group_ids, metrics)
+        scores = with_verifier(config, setup, questions, answers, texts, scores, main, group_ids, metrics, key)
     return scores, main, components, metrics, process
 
 
@@ -109,25 +113,32 @@ def with_step_reward_model(setup: Setup, tokens, mask, judge_labels: np.ndarray,
     return scores
 
 
-def with_verifier(config, setup: Setup, questions, answers, texts, rewards, main, group_ids, metrics: dict
-                  ) -> np.ndarray:
+def with_verifier(config, setup: Setup, questions, answers, texts, rewards, main, group_ids, metrics: dict,
+                  key=None) -> np.ndarray:
     """The pipeline's `rewards` [N] with the generative verifier's P(Yes) of each (question, reference, completion)
-    (`verifiers.generative.Verifier`: one jitted forward for the batch, one transfer of [N]), or its hard verdict,
-    combined by `config.generative_verifier.mode` / `weight` (`rewards.combine.with_model_score`). Adds
-    `verifier/p_yes_mean`, `verifier/p_yes_std`, `verifier/group_std` (the mean within-group std of the score: what
-    GRPO's advantages are made of), `verifier/yes_no_mass`, `verifier/truncated_frac` and the rule reward's mean."""
+    (`verifiers.generative.Verifier`: one jitted forward for the batch, one transfer of [N]), or its hard verdict, or
+    with kind "critique" the normalised vote of its k critiques (`verifiers.critique.CritiqueVerifier`, drawn with
+    `key`: one jitted sampling call, one transfer), combined by `config.generative_verifier.mode` / `weight`
+    (`rewards.combine.with_model_score`). Adds `verifier/group_std` (the mean within-group std of the score: what
+    GRPO's advantages are made of), the rule reward's mean, and `verifier/p_yes_mean`, `verifier/p_yes_std`,
+    `verifier/yes_no_mass`, `verifier/truncated_frac` (P(Yes)) or `critique.critique_metrics` (critiques)."""
     v = config.generative_verifier
-    p_yes, yes_no_mass, truncated = setup.verifier(questions, answers, texts)
-    model_scores = generative_lib.hard_verdict(p_yes, v.threshold) if v.hard else p_yes
+    if v.kind == critique_lib.KIND:
+        critiques = setup.verifier(questions, answers, texts, jax.random.key(config.seed) if key is None else key)
+        model_scores = critiques.rewards
+        metrics.update(critique_lib.critique_metrics(critiques, main))
+    else:
+        p_yes, yes_no_mass, truncated = setup.verifier(questions, answers, texts)
+        model_scores = generative_lib.hard_verdict(p_yes, v.threshold) if v.hard else p_yes
+        metrics.update({"verifier/p_yes_mean": float(p_yes.mean()), "verifier/p_yes_std": float(p_yes.std()),
+                        "verifier/yes_no_mass": float(yes_no_mass.mean()),
+                        "verifier/truncated_frac": float(truncated.mean())})
     _, inverse = np.unique(group_ids, return_inverse=True)
     counts = np.bincount(inverse)
     group_mean = np.bincount(inverse, model_scores) / counts
     group_var = np.bincount(inverse, (model_scores - group_mean[inverse]) ** 2) / counts
-    metrics.update({
-        "verifier/p_yes_mean": float(p_yes.mean()), "verifier/p_yes_std": float(p_yes.std()),
-        "verifier/group_std": float(np.sqrt(group_var).mean()), "verifier/yes_no_mass": float(yes_no_mass.mean()),
-        "verifier/truncated_frac": float(truncated.mean()), f"reward/{config.task.reward}": float(np.mean(main)),
-    })
+    metrics.update({"verifier/group_std": float(np.sqrt(group_var).mean()),
+                    f"reward/{config.task.reward}": float(np.mean(main))})
     return combine_lib.with_model_score(rewards, model_scores, weight=v.weight, mode=v.mode)
 
 
@@ -154,7 +165,8 @@ def greedy_baseline_scores(config, setup: Setup, params, step: int, key, reward_
     rollout = completions_lib.generate(setup, params, prompt_tokens, prompt_mask, key, setup.eval_spec.greedy)
     tokens, mask = jax.device_get((rollout.completion_tokens, rollout.completion_mask))
     scores = score(config, setup, prompt_tokens, prompt_mask, tokens, mask, [e.prompt for e in examples],
-                   [e.answer for e in examples], np.arange(len(examples)), reward_model_params=reward_model_params)[0]
+                   [e.answer for e in examples], np.arange(len(examples)), reward_model_params=reward_model_params,
+                   key=jax.random.fold_in(key, _VERIFIER_STREAM))[0]
     return np.repeat(scores, config.rl.num_generations)
 
 
@@ -221,6 +233,7 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
         config, setup, row_tokens, row_mask, completions["completion_tokens"], completions["completion_mask"],
         np.repeat(prompts, sizes).tolist(), np.repeat(answers, sizes).tolist(), group_ids,
         np.repeat(prefixes, sizes).tolist() if any(prefixes) else None, reward_model_params,
+        jax.random.fold_in(key, _VERIFIER_STREAM),
     )
     rows = prompt_selection.Rows(
         prompt_tokens=row_tokens, prompt_mask=row_mask, scores=scores, main=main, components=components,

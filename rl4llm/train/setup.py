@@ -26,6 +26,7 @@ from rl4llm.tokenizers import sentencepiece_tokenizer
 from rl4llm.train import batches
 from rl4llm.train import evaluate as evaluate_lib
 from rl4llm.train import prompt_selection
+from rl4llm.verifiers import critique as critique_lib
 from rl4llm.verifiers import generative as generative_lib
 
 # RL draws its problems from step RL_DATA_OFFSET + s of the training stream, so SFT (steps 0..) and
@@ -50,7 +51,8 @@ class Setup:
     reward_model: reward_model_lib.Scorer | None = None  # an outcome RM scoring rollouts (config.reward_model)
     # a learned PRM scoring the rollouts' steps (config.task.step_reward_model)
     step_reward_model: process_reward_model_lib.Scorer | None = None
-    verifier: generative_lib.Verifier | None = None  # a generative verifier scoring rollouts (generative_verifier)
+    # a generative verifier scoring rollouts (generative_verifier: P(Yes), or sampled critiques with kind="critique")
+    verifier: generative_lib.Verifier | critique_lib.CritiqueVerifier | None = None
     teacher: Any = None  # a `train.teacher.Teacher` sampling the off-policy traces (config.teacher; training runs)
 
 
@@ -94,8 +96,9 @@ def build_setup(config, workdir: str) -> Setup:
                                                                    task.source.corpus(0)[0])
                    if config.task.step_reward_model else None)
     v = config.generative_verifier
-    verifier = (generative_lib.Verifier.from_config(v, tokenizer, task.source.corpus(0)[0], dtype=config.model.dtype,
-                                                    param_dtype=config.model.param_dtype)
+    judge = critique_lib.CritiqueVerifier if v.kind == critique_lib.KIND else generative_lib.Verifier
+    verifier = (judge.from_config(v, tokenizer, task.source.corpus(0)[0], dtype=config.model.dtype,
+                                  param_dtype=config.model.param_dtype)
                 if v.checkpoint or v.hf_checkpoint else None)
     return Setup(
         task, tokenizer, model_cfg, rollout_cfg, eval_examples, eval_spec, reward_pipeline.score_one, reward_pipeline,

@@ -75,7 +75,7 @@ from rl4llm.verifiers import templates
 
 KIND = "generative_verifier"  # reward_model.json's "kind" of a verifier directory
 LENGTH_BUCKET = 32  # judge widths are rounded up to a multiple of this (a handful of compiled shapes per run)
-_SECTION = "config.generative_verifier"
+SECTION = "config.generative_verifier"
 
 
 # ------------------------------------------------------------------------------ the kernel
@@ -193,7 +193,7 @@ def single_token_id(tokenizer, text: str, field: str) -> int:
     """The id of `text` when the tokenizer reads it as ONE known token; ValueError naming `field` otherwise."""
     ids = tokenizer.encode(text)
     if len(ids) != 1 or ids[0] == getattr(tokenizer, "unk_id", None):
-        raise ValueError(f"{_SECTION}.{field}={text!r}: the verifier's tokenizer reads it as {ids} (unk id "
+        raise ValueError(f"{SECTION}.{field}={text!r}: the verifier's tokenizer reads it as {ids} (unk id "
                          f"{getattr(tokenizer, 'unk_id', None)}); it must be a single known token")
     return ids[0]
 
@@ -226,36 +226,15 @@ class Verifier:
         """The verifier of `config.generative_verifier` (`section`): an HF directory with its tokenizer, or a `save`
         directory on the run's tokenizer (its fingerprint on `alphabet` checked); `config.ConfigError` (a
         ValueError) naming the field when it cannot be read or does not fit."""
+        cfg, params, tokenizer, pieces = load_judge(section, run_tokenizer, alphabet, "p_yes", dtype, param_dtype)
         try:
-            return cls._from_config(section, run_tokenizer, alphabet, dtype, param_dtype)
+            yes_id = single_token_id(tokenizer, section.yes_token, "yes_token")
+            no_id = single_token_id(tokenizer, section.no_token, "no_token")
         except ValueError as e:
-            message = str(e) if str(e).startswith(_SECTION) else f"{_SECTION}: {e}"
-            raise config_lib.ConfigError(message) from e
-
-    @classmethod
-    def _from_config(cls, section, run_tokenizer, alphabet: str, dtype: str, param_dtype: str) -> "Verifier":
-        if section.hf_checkpoint:
-            from rl4llm.models import hf_checkpoint  # the `hf` extra
-            from rl4llm.tokenizers import hf_tokenizer
-
-            tokenizer = hf_tokenizer.HFTokenizer.load(section.hf_checkpoint)
-            cfg, params = hf_checkpoint.load_hf_checkpoint(section.hf_checkpoint, dtype=dtype, param_dtype=param_dtype)
-        else:
-            cfg, params, tokenizer = _load_own(section.checkpoint, run_tokenizer, alphabet)
-        try:
-            pieces = tuple(templates.template_pieces(section.template))
-        except ValueError as e:
-            raise ValueError(f"{_SECTION}.template={section.template!r}: {e}") from e
-        unknown = sorted({c for literal, _ in pieces for c in literal
-                          if getattr(tokenizer, "unk_id", None) in tokenizer.encode(c)})
-        if unknown:
-            raise ValueError(f"{_SECTION}.template={section.template!r}: the verifier's tokenizer has no token for "
-                             f"{unknown} (they would read as unk)")
-        yes_id = single_token_id(tokenizer, section.yes_token, "yes_token")
-        no_id = single_token_id(tokenizer, section.no_token, "no_token")
+            raise config_error(str(e)) from e
         if yes_id == no_id or max(yes_id, no_id) >= cfg.vocab_size:
-            raise ValueError(f"{_SECTION}.yes_token / no_token: ids {yes_id} / {no_id} must differ and be < the "
-                             f"verifier's vocabulary ({cfg.vocab_size})")
+            raise config_error(f"{SECTION}.yes_token / no_token: ids {yes_id} / {no_id} must differ and be < the "
+                               f"verifier's vocabulary ({cfg.vocab_size})")
         return cls(cfg, params, tokenizer, pieces, yes_id, no_id, section.normalisation, section.max_length)
 
     def for_rubric(self, template: str) -> "Verifier":
@@ -285,16 +264,59 @@ class Verifier:
         return (*self.probabilities(tokens, mask), truncated)
 
 
-def _load_own(directory: str, run_tokenizer, alphabet: str):
-    """(cfg, params, the run's tokenizer) of a `save` directory, checked against the run's tokenizer."""
+def config_error(message: str) -> config_lib.ConfigError:
+    """A ConfigError whose message starts with the section's name."""
+    return config_lib.ConfigError(message if message.startswith(SECTION) else f"{SECTION}: {message}")
+
+
+def load_judge(section, run_tokenizer, alphabet: str, kind: str, dtype: str = "float32",
+               param_dtype: str = "float32") -> tuple:
+    """(cfg, params, tokenizer, template pieces) of the judge of `config.generative_verifier` (`section`) of `kind`
+    ("p_yes" or "critique"): an HF directory with its own tokenizer, or a `save` directory on the run's tokenizer
+    (its fingerprint on `alphabet` checked, and the objective it was trained with matching `kind`); its template
+    readable by its tokenizer. `config.ConfigError` naming the field otherwise."""
+    try:
+        if section.hf_checkpoint:
+            from rl4llm.models import hf_checkpoint  # the `hf` extra
+            from rl4llm.tokenizers import hf_tokenizer
+
+            tokenizer = hf_tokenizer.HFTokenizer.load(section.hf_checkpoint)
+            cfg, params = hf_checkpoint.load_hf_checkpoint(section.hf_checkpoint, dtype=dtype, param_dtype=param_dtype)
+        else:
+            cfg, params, tokenizer = _load_own(section.checkpoint, run_tokenizer, alphabet, kind)
+        try:
+            pieces = tuple(templates.template_pieces(section.template))
+        except ValueError as e:
+            raise ValueError(f"{SECTION}.template={section.template!r}: {e}") from e
+        unknown = sorted({c for literal, _ in pieces for c in literal
+                          if getattr(tokenizer, "unk_id", None) in tokenizer.encode(c)})
+        if unknown:
+            raise ValueError(f"{SECTION}.template={section.template!r}: the verifier's tokenizer has no token for "
+                             f"{unknown} (they would read as unk)")
+    except ValueError as e:
+        raise config_error(str(e)) from e
+    return cfg, params, tokenizer, pieces
+
+
+# the reward-model job's objective that trains each kind of judge (reward_model.json's "objective")
+_KIND_OBJECTIVES = {"p_yes": "judge", "critique": "critique"}
+
+
+def _load_own(directory: str, run_tokenizer, alphabet: str, kind: str):
+    """(cfg, params, the run's tokenizer) of a `save` directory, checked against the run's tokenizer and `kind`."""
     meta_path = os.path.join(directory, reward_model.META_FILE)
-    kind = KIND  # a missing reward_model.json: `reward_model.load` names it
+    meta = {"kind": KIND}  # a missing reward_model.json: `reward_model.load` names it
     if os.path.isfile(meta_path):
         with open(meta_path) as f:
-            kind = json.load(f).get("kind")
-    if kind != KIND:
-        raise ValueError(f"{_SECTION}.checkpoint={directory!r} holds no generative verifier (kind {kind!r}: an "
-                         "outcome reward model, config.reward_model); write one with verifiers.generative.save")
-    cfg, params, _ = reward_model.load_for_run(directory, f"{_SECTION}.checkpoint", "verifier", run_tokenizer, alphabet,
+            meta = json.load(f)
+    if meta.get("kind") != KIND:
+        raise ValueError(f"{SECTION}.checkpoint={directory!r} holds no generative verifier (kind {meta.get('kind')!r}: "
+                         "an outcome reward model, config.reward_model); write one with verifiers.generative.save")
+    trained = meta.get("objective")
+    if trained in _KIND_OBJECTIVES.values() and trained != _KIND_OBJECTIVES[kind]:
+        raise ValueError(f"{SECTION}.kind={kind!r}: the judge in checkpoint={directory!r} was trained with "
+                         f"config.reward_model.objective={trained!r}; set kind="
+                         f"{next(k for k, o in _KIND_OBJECTIVES.items() if o == trained)!r}")
+    cfg, params, _ = reward_model.load_for_run(directory, f"{SECTION}.checkpoint", "verifier", run_tokenizer, alphabet,
                                                models.init_params)
     return cfg, params, run_tokenizer
