@@ -61,6 +61,7 @@ RECIPES = (
     "cure",
     "ettrl",
     "grpo_soft_verifier",
+    "grpo_critique_verifier",
     "hapo",
     "d3s",
     "iterative_dpo",
@@ -132,6 +133,9 @@ MECHANISMS = {
     "ettrl": ("pseudo_label/agreement", "tree/branches"),
     # the (random nano) verifier's P(Yes) differs between a group's completions: GRPO's advantages come from it
     "grpo_soft_verifier": ("verifier/group_std", "verifier/p_yes_mean"),
+    # the (random nano) critique judge's k critiques were sampled and parsed; its garbage ones are counted (they vote
+    # the minimum score: tests/test_critique_verifier.py has a trained judge whose scores vary)
+    "grpo_critique_verifier": ("verifier/parse_failures", "verifier/score_mean"),
     # the second step's tokens were drawn at different temperatures (the first step's entropy statistics), and the
     # entropy-adaptive clip ranges clipped some tokens
     "hapo": ("temperature/std", "clip_frac"),
@@ -210,7 +214,7 @@ def _tiny_process_reward_model(tmp_path) -> dict:
 
 
 # recipe -> (tmp_path -> overrides): what a recipe reads from disk, written for its run
-PREPARE = {"grpo_soft_verifier": _tiny_verifier, "cooper": _tiny_reward_model,
+PREPARE = {"grpo_soft_verifier": _tiny_verifier, "grpo_critique_verifier": _tiny_verifier, "cooper": _tiny_reward_model,
            "prm_learned": _tiny_process_reward_model}
 
 

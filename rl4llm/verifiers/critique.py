@@ -120,8 +120,8 @@ def sample_critiques(cfg, params, tokenizer, tokens: np.ndarray, mask: np.ndarra
     rollout = sampling.generate(cfg, params, jnp.asarray(tokens), jnp.asarray(mask), key, sampling_cfg,
                                 prompt_index=jnp.repeat(jnp.arange(n, dtype=jnp.int32), samples))
     out, out_mask, finished = jax.device_get((rollout.completion_tokens, rollout.completion_mask, rollout.finished))
-    stops = np.asarray(sampling_cfg.stop_token_ids)
-    texts = [tokenizer.decode([t for t in row[m] if t not in stops]) for row, m in zip(out, out_mask)]
+    stops = set(sampling_cfg.stop_token_ids)
+    texts = [tokenizer.decode([int(t) for t in row[m] if t not in stops]) for row, m in zip(out, out_mask)]
     return texts, np.asarray(finished, bool), out_mask.sum(-1)
 
 
