@@ -1,13 +1,17 @@
 r"""Trains an outcome reward model on preference pairs of the built-in arithmetic task
 (rl4llm/train/reward_model_job.py): a decoder of config.model plus a scalar head, Bradley-Terry loss (or BCE on
 verifier labels), held-out pairwise accuracy, the RM written as an Orbax checkpoint the RL job reads with
---config.reward_model.checkpoint.
+--config.reward_model.checkpoint; or a generative judge (objective "judge": P(Yes); "critique": sampled critiques with
+a parsed score, rl4llm/train/critique_job.py) the RL job reads with --config.generative_verifier.checkpoint.
 
     python -m experiments.train_reward_model --workdir=/tmp/rl4llm/rm
     python -m experiments.train_reward_model --workdir=/tmp/rl4llm/rm_bce --config.reward_model.objective=bce \
         --config.reward_model.steps=400
     python -m experiments.train --workdir=/tmp/rl4llm/grpo_rm \
         --config.reward_model.checkpoint=/tmp/rl4llm/rm/reward_model --config.reward_model.mode=add
+    # a generative judge instead: P(Yes) ("judge") or a critique writer ("critique", DeepSeek-GRM), for the recipes
+    python -m experiments.train_reward_model --config=configs/grpo_critique_verifier.py \
+        --config.generative_verifier.checkpoint= --workdir=/tmp/rl4llm/critique_verifier
 
 The training fields are config.reward_model.* (`python -m rl4llm.config`); the model is config.model. Writes
 <workdir>/metrics.jsonl (stage "rm"), TensorBoard events, <workdir>/reward_model and summary.json. It does not resume:

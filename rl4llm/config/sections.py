@@ -316,12 +316,13 @@ class GenerativeVerifier:
     hf_checkpoint: str = param("", "or an HF model directory (config.json, safetensors, tokenizer.json) as the judge",
                                Satisfies(lambda v: not v or os.path.isdir(v), "not a directory"))
     template: str = param(templates.DEFAULT_TEMPLATE, "the judge text: {question}, {reference}, one {completion}")
-    yes_token: str = param("Yes", "the judgement token whose probability is the reward (one token)")
-    no_token: str = param("No", "the other judgement token (one token)")
-    normalisation: str = param("full", "P(Yes) under the whole next-token softmax (the paper's) or over {Yes, No}",
+    yes_token: str = param("Yes", "p_yes: the judgement token whose probability is the reward (one token)")
+    no_token: str = param("No", "p_yes: the other judgement token (one token)")
+    normalisation: str = param("full", "p_yes: P(Yes) under the whole next-token softmax (the paper's) or over "
+                               "{Yes, No}",
                                OneOf(GENERATIVE_VERIFIER_NORMALISATIONS))
-    hard: bool = param(False, "reward 1[P(Yes) >= threshold] instead of P(Yes)", Boolean())
-    threshold: float = param(0.5, "hard: the verdict's threshold on P(Yes)", Between(0.0, 1.0))
+    hard: bool = param(False, "p_yes: reward 1[P(Yes) >= threshold] instead of P(Yes)", Boolean())
+    threshold: float = param(0.5, "p_yes, hard: the verdict's threshold on P(Yes)", Between(0.0, 1.0))
     max_length: int = param(1024, "the judge text's most tokens (longer: the completion's start is cut)", AtLeast(8))
     mode: str = param("replace", "the reward is weight*score ('replace') or rule reward + weight*score ('add')",
                       OneOf(combine_lib.REWARD_MODEL_MODES))

@@ -41,7 +41,8 @@ _CHUNK = 128  # critique positions projected to the vocabulary at once (sft_loss
 class CritiqueBatch(flax.struct.PyTreeNode):
     """Judge texts with their critiques: tokens / attention_mask [N, W + T] (the judge text left-padded to W, the
     critique and its stop token right-padded to T = max_critique_length), completion_mask [N, T] (the critique's
-    tokens), labels [N] (1: the completion's answer is right: the task's exact reward) and scores [N] (the procedural critique's)."""
+    tokens), labels [N] (1: the completion's answer is right: the task's exact reward) and scores [N] (the procedural
+    critique's)."""
 
     tokens: np.ndarray
     attention_mask: np.ndarray
@@ -105,7 +106,8 @@ def objective(config, model_cfg, tokenizer, optimizer, trunk, held_out_examples,
     """(initial params: the bare decoder `trunk`, jitted update, held-out `critique_batch` of `held_out_examples`,
     `(params, batch) -> held-out metrics`) for `reward_model_job`."""
     if not tokenizer.stop_token_ids:
-        raise config_lib.ConfigError("config.reward_model.objective='critique': the tokenizer has no stop token to end a critique")
+        raise config_lib.ConfigError("config.reward_model.objective='critique': the tokenizer has no stop token to end "
+                                     "a critique with")
     held_out = critique_batch(config, tokenizer, held_out_examples, rng)
     return (trunk, make_train_step(model_cfg, optimizer), held_out,
             functools.partial(evaluate, model_cfg, tokenizer, config.generative_verifier.max_critique_length))

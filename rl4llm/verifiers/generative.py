@@ -51,6 +51,10 @@ tokenizer.json). The reward-model job trains one on the task's verdicts (`experi
 `config.reward_model.objective="judge"`: `judge_objective`); `save` takes any other decoder params (an SFT policy,
 `train.reward_model_job.sft_policy`; a random decoder for tests). The params sit on the default device, unsharded:
 the verifier has no mesh of its own yet (a judge larger than one device does not fit).
+
+This is `config.generative_verifier.kind="p_yes"`; kind "critique" (`verifiers.critique`: sampled critiques ending in
+a parsed score, DeepSeek-GRM) shares the judge text and the loading (`load_judge`, which refuses a directory trained
+for the other kind: `reward_model.json`'s "objective").
 """
 
 from __future__ import annotations
