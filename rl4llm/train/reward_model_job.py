@@ -343,7 +343,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     (generative.save if judge else rm.save)(out, model_cfg, params, meta)
     with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
-    metric = "eval/step_auc" if config.reward_model.objective == prm.OBJECTIVE else "eval/pairwise_accuracy"
+    metric = {prm.OBJECTIVE: "eval/step_auc", critique_job.OBJECTIVE: "eval/verdict_accuracy"}.get(
+        config.reward_model.objective, "eval/pairwise_accuracy")
     print(f"held-out {metric.removeprefix('eval/')} {first[metric]:.3f} -> {last[metric]:.3f} "
           f"in {summary['wall_seconds']:.0f} s; reward model in {out}", flush=True)
     return summary
