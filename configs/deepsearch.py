@@ -25,8 +25,9 @@ def get_config():
     but count in its token mean's denominator. The budgets are this codebase's scale, not the paper's (its trees
     reach ~20 steps per trajectory on DeepMath-103K with a 1.5B model). Logged every step: `deepsearch/expansions`,
     `deepsearch/generated_tokens`, `deepsearch/solved_by_search` (prompts with a correct terminal in their tree),
-    `deepsearch/correct_backups`, `deepsearch/negative_backups`, `deepsearch/frontier_size`,
-    `deepsearch/root_reexpansions`, `deepsearch/max_depth`, `deepsearch/terminal_frac`, and `tree/*`.
+    `deepsearch/correct_backups`, `deepsearch/negative_backups`, `deepsearch/visited_nodes` (nodes on a backed-up
+    path, per prompt), `deepsearch/frontier_size`, `deepsearch/root_reexpansions`, `deepsearch/max_depth`,
+    `deepsearch/terminal_frac`, and `tree/*`.
 
     Run:
         python -m experiments.train --config=configs/deepsearch.py --workdir=/tmp/rl4llm/deepsearch

@@ -286,6 +286,7 @@ def _result(paths, trees: list[_Tree], shape: SearchShape, counts: dict, b: int)
         "deepsearch/solved_by_search": float(np.mean(solved)),
         "deepsearch/correct_backups": float(counts["correct"]),
         "deepsearch/negative_backups": float(counts["negative"]),
+        "deepsearch/visited_nodes": float(np.mean([(t.visits > 0).sum() for t in trees])),
         "deepsearch/root_reexpansions": float(counts["root"]),
         "deepsearch/frontier_size": counts["frontier"] / max(b * max(shape.expansions - 1, 1), 1),
         "deepsearch/max_depth": float(max(t.depth.max() for t in trees)),
