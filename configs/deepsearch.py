@@ -27,7 +27,7 @@ def get_config():
     `deepsearch/generated_tokens`, `deepsearch/solved_by_search` (prompts with a correct terminal in their tree),
     `deepsearch/correct_backups`, `deepsearch/negative_backups`, `deepsearch/visited_nodes` (nodes on a backed-up
     path, per prompt), `deepsearch/frontier_size`, `deepsearch/root_reexpansions`, `deepsearch/max_depth`,
-    `deepsearch/terminal_frac`, and `tree/*`.
+    `deepsearch/terminal_frac`, `deepsearch/shared_token_frac` (inherited path tokens / all row tokens).
 
     Run:
         python -m experiments.train --config=configs/deepsearch.py --workdir=/tmp/rl4llm/deepsearch

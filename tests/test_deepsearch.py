@@ -259,7 +259,7 @@ def test_the_recipe_trains_on_the_tiny_job_and_logs_its_search(tmp_path, monkeyp
         assert record["deepsearch/expansions"] == config.rl.num_prompts * 2
         assert record["deepsearch/generated_tokens"] <= config.rl.num_prompts * 4 * 6
         for key in ("deepsearch/solved_by_search", "deepsearch/frontier_size", "deepsearch/negative_backups",
-                    "deepsearch/correct_backups", "tree/branches"):
+                    "deepsearch/correct_backups", "deepsearch/shared_token_frac"):
             assert key in record, key
     assert any(r["deepsearch/correct_backups"] + r["deepsearch/negative_backups"] > 0 for r in records.values())
     assert any(r["deepsearch/frontier_size"] > 0 for r in records.values())

@@ -171,7 +171,6 @@ class SearchResult:
     node_terminal: np.ndarray  # [B·R] bool
     parent: np.ndarray  # [B·R] the parent's row (-1: a child of the root)
     fork: np.ndarray  # [B·R] the first position the row drew itself
-    entropy: np.ndarray  # [B·R, T] token entropies
     metrics: dict
 
 
@@ -271,8 +270,8 @@ def search(model_cfg: ModelConfig, params: Params, prompt_tokens: jax.Array, pro
 def _result(paths, trees: list[_Tree], shape: SearchShape, counts: dict, b: int) -> SearchResult:
     """The search's rows as host arrays, and its metrics."""
     r = shape.rows_per_prompt
-    tokens, emitted, logprobs, finished, entropy, owner, fork = (np.asarray(x) for x in jax.device_get(
-        (paths.tokens, paths.emitted, paths.logprobs, paths.finished, paths.entropy, paths.owner, paths.fork)))
+    tokens, emitted, logprobs, finished, owner, fork = (np.asarray(x) for x in jax.device_get(
+        (paths.tokens, paths.emitted, paths.logprobs, paths.finished, paths.owner, paths.fork)))
     offset = np.repeat(np.arange(b) * r, r)
     local_parent = np.concatenate([t.parent for t in trees])
     parent = np.where(local_parent >= 0, offset + local_parent, -1)
@@ -283,6 +282,7 @@ def _result(paths, trees: list[_Tree], shape: SearchShape, counts: dict, b: int)
     metrics = {
         "deepsearch/expansions": float(b * shape.expansions),
         "deepsearch/generated_tokens": float(own.sum()),
+        "deepsearch/shared_token_frac": float(1.0 - own.sum() / max(emitted.sum(), 1)),  # inherited path tokens
         "deepsearch/solved_by_search": float(np.mean(solved)),
         "deepsearch/correct_backups": float(counts["correct"]),
         "deepsearch/negative_backups": float(counts["negative"]),
@@ -295,5 +295,4 @@ def _result(paths, trees: list[_Tree], shape: SearchShape, counts: dict, b: int)
     return SearchResult(
         completion_tokens=tokens, completion_mask=emitted, logprobs=logprobs, finished=finished, tree_nodes=nodes,
         node_q=np.concatenate([t.q for t in trees]).astype(np.float32),
-        node_terminal=np.concatenate([t.terminal for t in trees]), parent=parent, fork=fork,
-        entropy=entropy * emitted, metrics=metrics)
+        node_terminal=np.concatenate([t.terminal for t in trees]), parent=parent, fork=fork, metrics=metrics)

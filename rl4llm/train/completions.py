@@ -158,15 +158,14 @@ def tree_completions(config, setup: Setup, params, prompt_tokens, prompt_mask, k
 def search_completions(config, setup: Setup, params, prompt_tokens, prompt_mask, key, correct) -> tuple[dict, dict]:
     """Each prompt's group as the nodes of one DeepSearch tree (`sampling.mcts.search`, config.deepsearch; `correct`
     verifies its terminals): host arrays by Rows field (with `tree_nodes`, `node_q`, `node_terminal`) and the step's
-    search metrics (`deepsearch/*`, and `tree_metrics` of the tree)."""
+    search metrics (`deepsearch/*`; EPTree's `tree_metrics` would be degenerate here: a child forks at its parent's
+    end, never inside it)."""
     shape = config_lib.search_shape(config)
     params = setup.layout.sampler_params(params) if setup.layout else params
     out = mcts.search(setup.model_cfg, params, jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask), key,
                       setup.rollout_cfg, shape, correct)
     fields = ("completion_tokens", "completion_mask", "logprobs", "finished", "tree_nodes", "node_q", "node_terminal")
-    metrics = tree_metrics(out.completion_tokens, out.completion_mask, out.parent, out.fork, out.entropy,
-                           shape.rows_per_prompt)
-    return {f: getattr(out, f) for f in fields}, {**out.metrics, **metrics}
+    return {f: getattr(out, f) for f in fields}, out.metrics
 
 
 def tree_metrics(tokens: np.ndarray, mask: np.ndarray, parent: np.ndarray, fork: np.ndarray, entropy: np.ndarray,
