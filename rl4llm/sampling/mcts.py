@@ -26,8 +26,10 @@ in a rollout to a terminal, is not built: the siblings all stay in the frontier)
 leaf terminal) the root is expanded again, so the budget is always spent; with several correct new terminals each
 path is backed up (in row order); the mean entropy H̄(t(s)) of Eq. 2 is the mean token entropy over the path's
 tokens (the paper averages per-step entropies, equal when the steps have equal lengths); Q_parent of the root's
-children is 0 (the root is never backed up) and Q(s) = q(s)/N(s) is 0 for an unvisited node. The adaptive replay
-buffer, cached solutions and the progressive pass@K filtering of §4.1-4.2 are not built.
+children is 0 (the root is never backed up) and Q(s) = q(s)/N(s) is 0 for an unvisited node; a terminal that
+reached the token budget without a stop token is verified like any other (the paper's "incomplete" gets −1; here
+the verifier decides, and it rarely accepts such text). The adaptive replay buffer, cached solutions, the
+progressive pass@K filtering of §4.1-4.2 and the removal of garbled / repetitive negatives are not built.
 """
 from __future__ import annotations
 
