@@ -31,7 +31,11 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/deepsearch.py --workdir=/tmp/rl4llm/deepsearch
-    Result: not yet recorded.
+    Result (study guidance_guide, notebooks/results/guidance_guide.jsonl: 6-7-operand chains from the 4-operand warm
+    start, steps of 16 tokens, 40 steps, 3 seeds): held-out pass@16 0.156 -> 0.189 ± 0.015 (GRPO 0.173 ± 0.023),
+    pass@1 0.035 ± 0.005 (GRPO 0.025 ± 0.002, Welch p = 0.06), decoding 36% of GRPO's tokens (1,762 vs 4,958 a
+    step); the search solves 10% of the prompts a step and backs up a most confident negative in 47 of its 64
+    expansions. Level with GRPO at pass@16 inside the noise: no lift where GRPO stalls.
     """
     c = default.get_config()
     c.deepsearch.enabled = True
