@@ -112,6 +112,9 @@ _GUIDANCE_KEYS = (
     "selection/hint_overflow", "off_masked_frac", "off_low_prob_frac",
     "selection/hindsight_replaced", "selection/hindsight_guided_reward", "selection/hindsight_bonus",
     "selection/hindsight_unmet_items", "off_is_weight_max", "off_is_weight_min", "off_is_clamp_frac",
+    "deepsearch/generated_tokens", "deepsearch/solved_by_search", "deepsearch/correct_backups",
+    "deepsearch/negative_backups", "deepsearch/visited_nodes", "deepsearch/frontier_size", "deepsearch/max_depth",
+    "deepsearch/root_reexpansions", "deepsearch/shared_token_frac",
 )
 # The guidance study's task: 6- and 7-operand chains (the warm start learnt 4 and writes 3 steps whatever the length:
 # held-out greedy 0.035, pass@1 0.035, pass@16 0.207 on 256 prompts), a 64-token response budget (the longest
@@ -208,10 +211,13 @@ STUDIES = {
     # ADHint (configs/adhint.py: hints in the completion as Guide's, at the rate h_max·(1 − unhinted accuracy), its
     # modulated loss and posterior-scaled advantage) joins them, and HeRL (configs/herl.py: an all-fail group's failed
     # rollout and its unmet rubric items as guidance, the best guided response trained off-policy after the prompt).
+    # DeepSearch (configs/deepsearch.py: an MCTS tree of 4 expansions x 4 one-step children per prompt, 16 nodes) with
+    # steps of 16 tokens, so that the 4 expansions can reach the 64-token budget (d_T = 4) and a 7-operand answer.
     "guidance_guide": Study(
         arms={"grpo": _recipe("default", **_GUIDANCE_TASK), "ghpo": _recipe("ghpo", **_GUIDANCE_TASK),
               "guide": _recipe("guide", **_GUIDANCE_TASK), "adhint": _recipe("adhint", **_GUIDANCE_TASK),
-              "herl": _recipe("herl", **_GUIDANCE_TASK)},
+              "herl": _recipe("herl", **_GUIDANCE_TASK),
+              "deepsearch": _recipe("deepsearch", deepsearch__step_tokens=16, **_GUIDANCE_TASK)},
         seeds=(0, 1, 2),
         rl_steps=40,
         eval_every=10,

@@ -21,6 +21,9 @@ _TREE = {"tree.enabled": True, "tree.initial_paths": 2, "tree.branch_points": 1,
          "tree.iterations": 1, "rl.num_generations": 4}
 NEEDS = {"gbpo": {"rl.loss": "gbpo"}, "gdpo": {"task.extra_rewards": "format_think_answer:0.5"},
          "treerl": _TREE, "tree_opo": _TREE, "cure": {**_TREE, "tree.criterion": "critical"},
+         # DeepSearch's search trees: groups of 4 = 2 expansions of 2 children
+         "deepsearch": {"deepsearch.enabled": True, "deepsearch.candidates": 2, "deepsearch.expansions": 2,
+                        "deepsearch.step_tokens": 6, "rl.num_generations": 4},
          # step rewards from the exact step judge (TP-GRPO's thoughts)
          "process_grpo": {"task.flaw_judge": "arithmetic_steps", "task.step_reward": "thought"}}
 

@@ -74,6 +74,7 @@ RECIPES = (
     "exit",
     "arrol",
     "adhint",
+    "deepsearch",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -102,6 +103,8 @@ MECHANISMS = {
     "rl_plus": ("off_policy_frac", "off_is_weight_mean", "off_exploration_weight_mean"),
     "rlve": ("selection/frontier_accuracy", "selection/difficulty_upper"),
     "treerl": ("tree/branches", "tree/shared_token_frac", "tree/distinct_branches"),
+    # the search expanded frontier nodes (not only the root) and backed up a correct or a most-confident-negative path
+    "deepsearch": ("deepsearch/expansions", "deepsearch/frontier_size", "deepsearch/visited_nodes"),
     # the DPO path fires: groups gave best-vs-worst pairs and the pair loss was evaluated on them
     "online_dpo": ("dpo/valid_pair_frac", "dpo/loss"),
     # CPL's pairs were formed and its (conservative) contrastive loss evaluated on them
@@ -183,7 +186,9 @@ TINY_SCALE = {
     # the tiny job's groups of 4: one tree, one fork point with 3 branches (Tree-OPO's stages; CURE's n1 = 1, n2 = 3)
     "tree_opo": {"tree.initial_paths": 1, "tree.branch_points": 1, "tree.branches": 3, "tree.iterations": 1},
     "cure": {"tree.initial_paths": 1, "tree.branch_points": 1, "tree.branches": 3, "tree.iterations": 1},
-    "iterative_dpo": {"rl.ref_reset_every": 1},  # a round per RL step: the reset happens within the two steps
+    "iterative_dpo": {"rl.ref_reset_every": 1},
+    # the tiny job's groups of 4: 2 expansions of 2 one-step children; steps of 6 of its 12 tokens (depth 2 terminal)
+    "deepsearch": {"deepsearch.candidates": 2, "deepsearch.expansions": 2, "deepsearch.step_tokens": 6},  # a round per RL step: the reset happens within the two steps
     "prof": {"selection.prof_rollouts": 8},  # the tiny job's groups of 4, from 8
     # ETMR's (4, N=3, B=2) is 28 leaves: here 2 trees forked once; `shrink` replaces the task section, so the
     # pseudo-labels are set again, on a reward with an answer extractor (majority votes need one)

@@ -544,6 +544,26 @@ class Tree:
 
 
 @_section
+class DeepSearch:
+    """DeepSearch's MCTS in training (rl4llm.sampling.mcts; Wu et al. 2025, arXiv 2509.25454): per prompt, `expansions`
+    rounds (the budget) each expand the best frontier node of the whole tree into `candidates` one-step children
+    (KV cache forked); terminals are verified and backed up. A prompt's group is its expansions*candidates nodes =
+    rl.num_generations, trained by rl.advantage="deepsearch" (Tree-GRPO)."""
+
+    enabled: bool = param(False, "sample each group as a DeepSearch tree (needs rl.num_generations = "
+                          "expansions*candidates and rl.advantage='deepsearch')", Boolean())
+    candidates: int = param(4, "n: children per expansion", AtLeast(1))
+    expansions: int = param(4, "expansions per prompt per step: the search's budget", AtLeast(1))
+    step_tokens: int = param(8, "tokens per reasoning step (the tree's depth is ceil(max_new_tokens / step_tokens))",
+                             AtLeast(1))
+    gamma_min: float = param(0.1, "γ_min of the backup's depth decay γ(i, l) = max(i/l, γ_min) (paper: 0.1)",
+                             Between(0.0, 1.0))
+    quality: float = param(0.4, "λ1: frontier priority weight of tanh(Q_parent) (paper: 0.4)")
+    uncertainty: float = param(0.0, "λ2: frontier priority weight of the node's entropy (paper: 0; 0.4 ablated)")
+    depth: float = param(0.01, "λ3: frontier priority weight of sqrt(depth / max depth) (paper: 0.01)")
+
+
+@_section
 class Pruning:
     """ARRoL online rollout pruning (Hsu et al. 2025, "Prune as You Generate"; rl4llm.rl.pruning): each prompt's
     oversample x G rollouts are decoded to checkpoint_tokens, a quality head on the policy's hidden state predicts
@@ -690,6 +710,7 @@ class RunConfig:
                                               "(dynamic weighting, constrained RLHF)")
     selection: Selection = param(Selection, "prompt selection")
     tree: Tree = param(Tree, "tree rollouts (TreeRL's EPTree)")
+    deepsearch: DeepSearch = param(DeepSearch, "DeepSearch's MCTS rollouts with a fixed budget")
     pruning: Pruning = param(Pruning, "ARRoL's online rollout pruning with a learned quality head")
     agent: Agent = param(Agent, "multi-turn agents")
     eval: Eval = param(Eval, "held-out evaluation")

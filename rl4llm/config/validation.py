@@ -26,6 +26,7 @@ from rl4llm.rewards import process as process_lib
 from rl4llm.rl import preference
 from rl4llm.rl import process as process_rl
 from rl4llm.rl import registry
+from rl4llm.sampling.mcts import SearchShape
 from rl4llm.sampling.tree import TreeShape
 from rl4llm.verifiers import templates
 
@@ -174,6 +175,10 @@ def _abstract_inputs(names) -> dict:
         inputs["hinted"] = jax.ShapeDtypeStruct((n,), jnp.bool_)
     if "tree_nodes" in names:
         inputs["tree_nodes"] = jax.ShapeDtypeStruct((n, t + 1), jnp.int32)
+    if "node_q" in names:
+        inputs["node_q"] = jax.ShapeDtypeStruct((n,), jnp.float32)
+    if "node_terminal" in names:
+        inputs["node_terminal"] = jax.ShapeDtypeStruct((n,), jnp.bool_)
     k = 2  # multi-turn layout (agent runs): K = 2 turns
     turn_arrays = {"turn_rewards": ((n, k), jnp.float32), "gt_logprobs": ((n, k + 1), jnp.float32),
                    "turn_id": ((n, t), jnp.int32), "turn_end": ((n, k), jnp.int32), "turn_valid": ((n, k), jnp.bool_)}
@@ -563,10 +568,11 @@ def tree_shape(config) -> TreeShape:
 
 
 def _tree_errors(config) -> list[str]:
-    """Tree rollouts (config.tree) against the group, the rollout source and the advantage estimator."""
+    """Tree rollouts (config.tree) against the group, the rollout source and the advantage estimator (DeepSearch's
+    search trees, config.deepsearch, also give `tree_nodes`)."""
     tree, rl = config.tree, config.rl
     if not tree.enabled:
-        if "tree_nodes" in registry.advantage_inputs(rl.advantage):
+        if "tree_nodes" in registry.advantage_inputs(rl.advantage) and not config.deepsearch.enabled:
             return [f"config.rl.advantage={rl.advantage!r}: needs tree rollouts (config.tree.enabled=True)"]
         return []
     field = (f"config.tree (initial_paths={tree.initial_paths}, branch_points={tree.branch_points}, "
@@ -589,6 +595,42 @@ def _tree_errors(config) -> list[str]:
     if rl.off_policy_traces:
         errors.append(f"config.tree.enabled=True: config.rl.off_policy_traces={rl.off_policy_traces} would add rows "
                       "outside the tree; set it to 0")
+    return errors
+
+
+def search_shape(config) -> SearchShape:
+    """The search's shape (`sampling.mcts.SearchShape`) of config.deepsearch."""
+    d = config.deepsearch
+    return SearchShape(d.candidates, d.expansions, d.step_tokens, d.gamma_min, d.quality, d.uncertainty, d.depth)
+
+
+def _deepsearch_errors(config) -> list[str]:
+    """DeepSearch's MCTS rollouts (config.deepsearch) against the group, the estimator and the other samplers."""
+    ds, rl = config.deepsearch, config.rl
+    reads_q = "node_q" in registry.advantage_inputs(rl.advantage)
+    if not ds.enabled:
+        return [f"config.rl.advantage={rl.advantage!r}: needs DeepSearch's tree (config.deepsearch.enabled=True)"] \
+            if reads_q else []
+    errors = []
+    rows = ds.expansions * ds.candidates
+    if rl.num_generations != rows:
+        errors.append(f"config.rl.num_generations={rl.num_generations}: with config.deepsearch (expansions="
+                      f"{ds.expansions}, candidates={ds.candidates}) a group is the tree's {rows} nodes; set it to {rows}")
+    if not reads_q:
+        errors.append(f"config.rl.advantage={rl.advantage!r}: DeepSearch's rows are search-tree nodes valued by the "
+                      "search (config.deepsearch.enabled=True); set it to 'deepsearch'")
+    if ds.step_tokens > config.sampling.max_new_tokens:
+        errors.append(f"config.deepsearch.step_tokens={ds.step_tokens}: a step must fit the budget "
+                      f"config.sampling.max_new_tokens={config.sampling.max_new_tokens}")
+    conflicts = (("tree.enabled", config.tree.enabled), ("pruning.enabled", config.pruning.enabled),
+                 ("selection.hints", config.selection.hints), ("rl.off_policy_traces", rl.off_policy_traces),
+                 ("sampling.rows_per_call", config.sampling.rows_per_call),
+                 ("sampling.temperature_tau", config.sampling.temperature_tau), ("agent.env", config.agent.env))
+    errors += [f"config.{field}={value!r}: DeepSearch (config.deepsearch.enabled) samples each group as one search "
+               "tree in one call, single-turn, at the base temperature; turn it off" for field, value in conflicts if value]
+    if config.selection.method != "uniform":
+        errors.append(f"config.selection.method={config.selection.method!r}: DeepSearch's groups are whole search "
+                      "trees sampled in one call; needs 'uniform'")
     return errors
 
 
@@ -1077,7 +1119,8 @@ CHECKS = (
     (_preference_errors, ("rl", "preference")),
     (_critic_errors, ()),
     (_reward_weighting_errors, ()),
-    (_tree_errors, ("rl", "tree", "selection")),
+    (_tree_errors, ("rl", "tree", "selection", "deepsearch")),
+    (_deepsearch_errors, ("rl", "deepsearch", "sampling", "selection")),
     (_rollout_chunk_errors, ("rl", "sampling", "tree", "selection")),
     (_adaptive_temperature_errors, ("sampling",)),
     (_downsampling_errors, ("rl",)),

@@ -24,6 +24,8 @@ Advantages — the trainer calls::
     (GDPO multi-reward), seq_metric[N] (CANON split metric), process_rewards[N, T] (PRIME implicit PRM, or a process
     judge's step rewards: `rl.process`),
     tree_nodes[N, T+1] (the node of each position of a tree rollout's rows, `rl.tree`: TreeRL, Tree-OPO, CURE),
+    node_q[N], node_terminal[N] bool (each row's search-tree node: its backed-up q and whether it is terminal,
+    `sampling.mcts`: DeepSearch),
     hinted[N] bool (the row was sampled after a hint, `selection.hints`: ADHint).
     Multi-turn estimators (`rl.multi_turn`: mt_grpo, igpo, gtpo, bilevel_gae) also take the turn layout:
     turn_id[N, T] (−1 off action tokens), turn_end[N, K], turn_valid[N, K], turn_rewards[N, K] (outcome
@@ -95,6 +97,7 @@ ADVANTAGES: dict[str, Callable[..., Any]] = {
     "treerl": tree.treerl,  # tree rollouts (config.tree): node values over the leaves through each segment
     "tree_opo": tree.tree_opo,  # tree rollouts: r − α·V(prefix) over the prefix's subtree, on the row's own tokens
     "cure": tree.cure,  # CURE's critical-token trees (config.tree.criterion="critical"): GRPO on own tokens
+    "deepsearch": tree.deepsearch,  # DeepSearch's MCTS nodes (config.deepsearch): tanh-clipped q − mean terminal q
     "ettrl": tree.ettrl,  # ETTRL Adv-Res: GRPO × (1 + (H̄_g − H_i)/H̄_g), H = response mean token entropy
     "adhint": adhint.adhint_advantages,  # GRPO, hinted successes scaled by the hint's difficulty posterior (hinted)
     "spo": preference.spo_advantages,  # SPO: each completion's win rate in its group − ½ (the verifier as preference)
@@ -156,7 +159,7 @@ FORCED_AGG_MODE: dict[str, str] = {
 # layout, IGPO's ground-truth log-probs). `train.inputs` holds a provider for each.
 COMMON_ADVANTAGE_INPUTS = ("scores", "group_ids", "mask", "num_groups", "lengths", "rewards", "values")
 SINGLE_TURN_ADVANTAGE_INPUTS = ("baseline_scores", "reward_components", "seq_metric", "process_rewards",
-                                "tree_nodes", "hinted")
+                                "tree_nodes", "node_q", "node_terminal", "hinted")
 MULTI_TURN_ADVANTAGE_INPUTS = ("turn_rewards", "turn_id", "turn_end", "turn_valid", "gt_logprobs")
 ADVANTAGE_INPUTS = COMMON_ADVANTAGE_INPUTS + SINGLE_TURN_ADVANTAGE_INPUTS + MULTI_TURN_ADVANTAGE_INPUTS
 # The standard inputs of policy losses; the learner provides every one (`train.learner`).

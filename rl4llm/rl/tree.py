@@ -1,7 +1,8 @@
 """Advantages over tree groups (rows that share prefixes, `rl4llm.sampling.tree`): TreeRL's segment advantages (Hou
 et al. 2025, "TreeRL: LLM Reinforcement Learning with On-Policy Tree Search", ACL 2025; THUDM/TreeRL), Tree-OPO's
-staged advantage (arXiv 2509.09284), CURE's re-concatenated groups (arXiv 2508.11016) and ETTRL's entropy-based
-advantage reshaping (arXiv 2508.11356).
+staged advantage (arXiv 2509.09284), CURE's re-concatenated groups (arXiv 2508.11016), ETTRL's entropy-based
+advantage reshaping (arXiv 2508.11356) and DeepSearch's Tree-GRPO over MCTS nodes (arXiv 2509.25454;
+`rl4llm.sampling.mcts`).
 
 Tree encoding (`tree_nodes[N, T+1]` int32, what `rl4llm.sampling.tree` returns for its rows)
 --------------------------------------------------------------------------------------------
@@ -26,7 +27,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rl4llm.rl.advantages import group_mean, grpo, to_members
+from rl4llm.rl.advantages import group_mean, group_sum, grpo, to_members
 
 
 def _node_values(scores: jax.Array, nodes: jax.Array):  # [N], [N, C]
@@ -184,3 +185,39 @@ def ettrl(
     mean = to_members(group_mean(entropy, group_ids, num_groups), group_ids, num_groups)
     reshape = jnp.where(mean > 0, 1.0 + (mean - entropy) / jnp.where(mean > 0, mean, 1.0), 1.0)
     return reshape * grpo(scores, group_ids, num_groups=num_groups, eps=eps)
+
+
+def soft_clip_q(q: jax.Array, *, eps_q: float = 1.0, q_max: float = 1.0) -> jax.Array:
+    """DeepSearch's q-value soft clipping (arXiv 2509.25454, Eq. 13): q ← tanh(q / ε_q)·q_max, within (−q_max, q_max),
+    monotone (the order of the q-values kept), for the intermediate nodes (the paper's ε_q = 1, q_max = 1)."""
+    return jnp.tanh(jnp.asarray(q, jnp.float32) / eps_q) * q_max
+
+
+def deepsearch(
+    scores: jax.Array,  # [N] (unused: the search's q-values carry the verifier's outcome)
+    group_ids: jax.Array,  # [N]
+    mask: jax.Array,  # [N, T]
+    tree_nodes: jax.Array,  # [N, T+1] int32 (the sampler's ids, module docstring)
+    node_q: jax.Array,  # [N] the backed-up q of each row's node (terminals: q(s_end) = ±1)
+    node_terminal: jax.Array,  # [N] bool: the row's node is terminal
+    *,
+    num_groups: int,
+    eps_q: float = 1.0,
+    q_max: float = 1.0,
+) -> jax.Array:  # [N, T]
+    """DeepSearch's Tree-GRPO advantage (Wu et al. 2025, "DeepSearch: Overcome the Bottleneck of RLVR via Monte Carlo
+    Tree Search", arXiv 2509.25454, §4.3, Eq. 13 and 15): each row is one node s_j of a prompt's search tree
+    (`rl4llm.sampling.mcts`), and on the tokens of its step (the row's own tokens; 0 on the inherited path)
+
+        Â_j = q̃(s_j) − μ_t,    q̃ = tanh(q / ε_q)·q_max for intermediate nodes (`soft_clip_q`), q(s_end) = ±1 for
+                                terminals,  μ_t = mean_{s ∈ S_end of the tree} q(s)
+
+    (mean-only, "sequence-level" normalisation: no std division). A tree without terminals has μ_t = 0.
+    Departure: μ_t averages q(s_end) ∈ {−1, +1} (Eq. 4's terminal values) where the paper says "the average reward
+    of the terminal nodes"; with a 0/1 verifier the two differ by the affine map 2r − 1.
+    """
+    del scores
+    terminal = jnp.asarray(node_terminal).astype(jnp.float32)
+    q = jnp.where(terminal > 0, jnp.asarray(node_q, jnp.float32), soft_clip_q(node_q, eps_q=eps_q, q_max=q_max))
+    mean = group_sum(q * terminal, group_ids, num_groups) / jnp.maximum(group_sum(terminal, group_ids, num_groups), 1.0)
+    return (q - to_members(mean, group_ids, num_groups))[:, None] * own_tokens(tree_nodes) * mask

@@ -171,14 +171,16 @@ def token_entropy(logits: jax.Array, cfg: SamplingConfig) -> jax.Array:  # [n, V
 
 
 def _decode(model_cfg: ModelConfig, params: Params, rows: _Paths, last_prompt_token, prompt_len, width: int,
-            key, cfg: SamplingConfig) -> _Paths:
-    """Decodes each row from its fork position to a stop token or the budget T (`rows` [n]: a batch of paths).
+            key, cfg: SamplingConfig, until=None) -> _Paths:
+    """Decodes each row from its fork position to a stop token or the budget T (`rows` [n]: a batch of paths), or
+    to position `until` [n] (exclusive; one reasoning step of `sampling.mcts`) when given.
 
     Step k feeds token pos−1 (the prompt's last token at pos 0) at slot width + pos − 1, RoPE position prompt_len +
     pos − 1, and draws token pos with fold_in(key, k); pos = fork + k on a live row."""
     t_max = cfg.max_new_tokens
     stop_ids = jnp.asarray(cfg.stop_token_ids, jnp.int32)
     index = jnp.arange(rows.tokens.shape[0])
+    end = jnp.minimum(t_max if until is None else until, t_max)
 
     def body(state):
         k, pos, done, paths = state
@@ -194,7 +196,7 @@ def _decode(model_cfg: ModelConfig, params: Params, rows: _Paths, last_prompt_to
             entropy=paths.entropy.at[index, at].set(jnp.where(live, entropy, paths.entropy[index, at])),
             emitted=paths.emitted.at[index, at].set(live | paths.emitted[index, at]),
             finished=paths.finished | (live & jnp.isin(token, stop_ids)))
-        done = done | (live & (jnp.isin(token, stop_ids) | (pos + 1 >= t_max)))
+        done = done | (live & (jnp.isin(token, stop_ids) | (pos + 1 >= end)))
         return k + 1, pos + live, done, paths
 
     def keep_going(state):

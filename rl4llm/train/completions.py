@@ -1,6 +1,7 @@
 """The sampler's side of a rollout: completions drawn for prompts, as host arrays by `Rows` field, before any
 scoring (`train.rollouts` scores them): `sample_completions` (G per prompt, in calls of whole groups), the tree
-rollouts of `config.tree` (`tree_completions`) and ARRoL's pruned rollouts of `config.pruning`
+rollouts of `config.tree` (`tree_completions`), DeepSearch's search trees of `config.deepsearch`
+(`search_completions`) and ARRoL's pruned rollouts of `config.pruning`
 (`pruned_completions`)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rl4llm import models
 from rl4llm import sampling
 from rl4llm.config import validation as config_lib
 from rl4llm.rl import pruning as pruning_lib
+from rl4llm.sampling import mcts
 from rl4llm.sampling import tree as sampling_tree
 from rl4llm.train.setup import Setup
 
@@ -151,6 +153,19 @@ def tree_completions(config, setup: Setup, params, prompt_tokens, prompt_mask, k
         (out.tree_nodes, out.parent, out.fork_position, out.entropy))
     return completions, tree_metrics(completions["completion_tokens"], completions["completion_mask"], parent, fork,
                                      entropy, shape.rows_per_prompt)
+
+
+def search_completions(config, setup: Setup, params, prompt_tokens, prompt_mask, key, correct) -> tuple[dict, dict]:
+    """Each prompt's group as the nodes of one DeepSearch tree (`sampling.mcts.search`, config.deepsearch; `correct`
+    verifies its terminals): host arrays by Rows field (with `tree_nodes`, `node_q`, `node_terminal`) and the step's
+    search metrics (`deepsearch/*`; EPTree's `tree_metrics` would be degenerate here: a child forks at its parent's
+    end, never inside it)."""
+    shape = config_lib.search_shape(config)
+    params = setup.layout.sampler_params(params) if setup.layout else params
+    out = mcts.search(setup.model_cfg, params, jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask), key,
+                      setup.rollout_cfg, shape, correct)
+    fields = ("completion_tokens", "completion_mask", "logprobs", "finished", "tree_nodes", "node_q", "node_terminal")
+    return {f: getattr(out, f) for f in fields}, out.metrics
 
 
 def tree_metrics(tokens: np.ndarray, mask: np.ndarray, parent: np.ndarray, fork: np.ndarray, entropy: np.ndarray,

@@ -52,6 +52,8 @@ class StepData:
     behaviour: Any  # the rollout policy's (logp, entropy[, proxy_logp]) [N, T] (`programs.behaviour_fn`), or None
     off_policy: np.ndarray  # [N, T] bool: tokens the policy did not sample (`rows.off_policy_tokens`)
     tree_nodes: np.ndarray | None = None  # [N, T+1] node ids of tree rollouts (config.tree), else None
+    node_q: np.ndarray | None = None  # [N] the search-tree nodes' backed-up q (config.deepsearch), else None
+    node_terminal: np.ndarray | None = None  # [N] bool: the row's search-tree node is terminal, else None
     step_scores: np.ndarray | None = None  # [N, T] the step scores on the step ends (task.step_reward), else None
     step_ends: np.ndarray | None = None  # [N, T] bool: the tokens that end a judged step, else None
     hinted: np.ndarray | None = None  # [N] bool: rows sampled after a hint (`Rows.hint_chars` > 0)
@@ -135,6 +137,11 @@ def _tree_nodes(d: StepData):
     return {"tree_nodes": jnp.asarray(d.tree_nodes)}, {}
 
 
+def _search_nodes(d: StepData):
+    """DeepSearch: each row's search-tree node, its backed-up q and whether it is terminal [N] (`sampling.mcts`)."""
+    return {"node_q": jnp.asarray(d.node_q, jnp.float32), "node_terminal": jnp.asarray(d.node_terminal)}, {}
+
+
 def _hinted(d: StepData):
     """ADHint: the rows sampled after a hint [N] (`selection.hints`)."""
     return {"hinted": jnp.asarray(d.hinted)}, {}
@@ -160,6 +167,7 @@ PROVIDERS: dict[str, Provider] = {
     "values": Provider(critic_lib.enabled, _values),
     "process_rewards": Provider(_declared("process_rewards"), _process_rewards),
     "tree_nodes": Provider(_declared("tree_nodes"), _tree_nodes, host=True),
+    "node_q": Provider(_declared("node_q"), _search_nodes, host=True),  # with node_terminal
     "hinted": Provider(_declared("hinted"), _hinted, host=True),
 }
 
@@ -186,7 +194,8 @@ def advantages(scores, group_ids, mask, *, name: str, num_groups: int, kwargs: t
     targets (returns [N, T] of estimators in `registry.RETURNS_VALUE_TARGETS`, else None).
 
     `inputs`: optional standard inputs (rewards [N, T], values [N, T], baseline_scores [N], reward_components
-    [N, K], process_rewards [N, T], seq_metric [N], tree_nodes [N, T+1], hinted [N]) for estimators that declare
+    [N, K], process_rewards [N, T], seq_metric [N], tree_nodes [N, T+1], node_q [N], node_terminal [N], hinted [N]) for
+    estimators that declare
     them.
     """
     out = registry.get_advantage(name)(scores, group_ids, mask, num_groups=num_groups, **inputs, **dict(kwargs))

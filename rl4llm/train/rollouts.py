@@ -195,6 +195,22 @@ def with_traces(config, setup: Setup, completions: dict, counts: np.ndarray, tra
     return merged, counts + num_traces
 
 
+def search_verifier(config, setup: Setup, prompt_tokens, prompt_mask, prompts, answers, prefixes, counts,
+                    reward_model_params=None):
+    """DeepSearch's verification of the search's terminal nodes (`sampling.mcts.search`'s `verify`): a row (of the
+    search's [sum(counts)], prompt-major) is correct iff its main reward (`score`) is above 1/2."""
+    prompt_of = np.repeat(np.arange(len(counts)), counts)
+
+    def correct(rows, completion_tokens, completion_mask):
+        p = prompt_of[rows]
+        main = score(config, setup, prompt_tokens[p], prompt_mask[p], completion_tokens, completion_mask,
+                     np.asarray(prompts)[p].tolist(), np.asarray(answers)[p].tolist(), p,
+                     np.asarray(prefixes)[p].tolist() if any(prefixes) else None, reward_model_params)[1]
+        return np.asarray(main) > 0.5
+
+    return correct
+
+
 def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes, traces=None, greedy=False,
                   *, entropy_stats=None, solutions=None, reward_model_params=None, quality_head=None):
     """`counts[i]` completions of each prompt `prompts[i]` (in order), then its off-policy `traces[i]` (texts; None:
@@ -211,6 +227,11 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     sampling_cfg = setup.eval_spec.greedy if greedy else setup.rollout_cfg
     if config.tree.enabled:  # each group is one tree of counts[i] = M(1 + LNT) paths (validation)
         completions, sampler_metrics = completions_lib.tree_completions(config, setup, params, prompt_tokens, prompt_mask, key)
+    elif config.deepsearch.enabled and not greedy:  # each group is one search tree of counts[i] = E·n nodes
+        correct = search_verifier(config, setup, prompt_tokens, prompt_mask, prompts, answers, prefixes, counts,
+                                  reward_model_params)
+        completions, sampler_metrics = completions_lib.search_completions(config, setup, params, prompt_tokens,
+                                                                          prompt_mask, key, correct)
     elif config.pruning.enabled and not greedy:
         completions, sampler_metrics = completions_lib.pruned_completions(config, setup, params, prompt_tokens, prompt_mask, counts,
                                                           key, quality_head)
@@ -291,6 +312,7 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
     )
     relift_rows, relift_metrics = relift.hardest_questions(config, setup, rows, collected.group_ids)
     return (rollout, rows.scores, rows.components, collected.group_ids, rows_lib.off_policy_tokens(rows),
-            {"tree_nodes": rows.tree_nodes, "step_scores": rows.step_scores, "step_ends": rows.step_ends,
+            {"tree_nodes": rows.tree_nodes, "node_q": rows.node_q, "node_terminal": rows.node_terminal,
+             "step_scores": rows.step_scores, "step_ends": rows.step_ends,
              "hinted": rows.hint_chars > 0},
             {**collected.metrics, **relift_metrics}, selection_state, relift_rows, rows.quality_features)

@@ -27,6 +27,8 @@ class Rows:
     off_policy: np.ndarray  # [n] bool: an off-policy trace (the task's reference solution, rl.off_policy_traces)
     hint_tokens: np.ndarray  # [n] int32: leading completion tokens that are the hint, not sampled (Guide), else 0
     tree_nodes: np.ndarray | None = None  # [n, T+1] int32: tree rollouts' node ids (config.tree; rl.tree), else None
+    node_q: np.ndarray | None = None  # [n] float32: the row's search-tree node's backed-up q (config.deepsearch), else None
+    node_terminal: np.ndarray | None = None  # [n] bool: the row's search-tree node is terminal (config.deepsearch)
     solutions: np.ndarray | None = None  # [n] object: the row's example's reference solution (ReLIFT), else None
     process_scores: np.ndarray | None = None  # [n] float32: the process judge's score (task.flaw_judge; PROF), else None
     # [n, T] float32: each judged segment's label (or the learned PRM's score) on its last token (step rewards)

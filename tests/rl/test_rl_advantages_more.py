@@ -257,6 +257,9 @@ def test_every_registered_estimator_runs_under_jit(name):
         gt_logprobs=-jax.random.uniform(k[0], (n, 3)),
         # tree rollouts (rl.tree): rows 2i, 2i+1 share their first two tokens, then each has a node of its own
         tree_nodes=jnp.asarray([[2 * (i // 2)] * 3 + [2 * n + i] * (t - 2) for i in range(n)], jnp.int32),
+        # DeepSearch's search-tree nodes (rl.tree.deepsearch): backed-up q-values, every other node terminal (±1)
+        node_q=jnp.where(jnp.arange(n) % 2 == 1, 2.0 * scores - 1.0, jax.random.normal(k[2], (n,))),
+        node_terminal=jnp.arange(n) % 2 == 1,
         hinted=jnp.arange(n) >= n // 2)  # ADHint: the last half of the rows sampled after a hint
     fn = jax.jit(lambda s, kw: registry.get_advantage(name)(s, kw.pop("group_ids"), kw.pop("mask"),
                                                             num_groups=gnum, **kw))
