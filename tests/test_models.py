@@ -22,6 +22,7 @@ from rl4llm.models import (
     positions_from_mask,
 )
 from rl4llm.models.decoder import apply_rope, attention_mask_for, dot_product_attention, rope_cos_sin
+from rl4llm.models import flops
 
 LOGICAL_NAMES = {"vocab", "embed", "mlp", "heads", "kv_heads", "head_dim"}
 
@@ -314,7 +315,8 @@ def _grouped_rows(cfg: ModelConfig, groups: int, group: int, prompt_len: int, co
     return jnp.asarray(tokens, jnp.int32), jnp.asarray(mask), completion_mask.astype(bool)
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(qk_norm=True, num_kv_heads=1)])
+@pytest.mark.parametrize("overrides", [dict(), dict(qk_norm=True, num_kv_heads=1), dict(remat="none"),
+                                       dict(remat="dots")])
 def test_shared_prompt_forward_equals_per_row_forward(overrides):
     """prompt_group = g: each group's prompt forwarded once into a forked KV cache gives the per-row hidden states
     and (through the forked cache) the same gradient, on real positions (masked ones are unspecified)."""
@@ -329,3 +331,32 @@ def test_shared_prompt_forward_equals_per_row_forward(overrides):
     np.testing.assert_allclose(grads[1], grads[0], atol=2e-4, rtol=1e-3)
     with pytest.raises(ValueError, match="prompt_group=5"):
         hidden(params, 5)
+
+
+def test_shared_prompt_backward_keeps_what_remat_says():
+    """The shared-prompt path's cached blocks honour `cfg.remat` in the backward pass: the compiled gradient's
+    temporary buffers shrink from none (every activation kept) to dots to full (block inputs only)."""
+    temp = {}
+    for remat in ("none", "dots", "full"):
+        cfg = tiny_cfg(remat=remat, num_layers=4, hidden_size=64, intermediate_size=256)
+        params = random_params(cfg)
+        tokens, mask, real = _grouped_rows(cfg, groups=2, group=8, prompt_len=8, completion_len=48)
+        loss = lambda p: jnp.sum(jnp.where(real[..., None], completion_hidden(cfg, p, tokens, mask, 48, 8), 0.0))  # noqa: E731,B023
+        temp[remat] = jax.jit(jax.grad(loss)).lower(params).compile().memory_analysis().temp_size_in_bytes
+    assert temp["full"] < temp["dots"] < temp["none"], temp
+
+
+def test_recomputed_flops_with_a_shared_prompt():
+    """What remat recomputes in the learner (`train.aot_costs`): with each group's prompt forwarded once, the blocks'
+    forward is 2·N_trunk per forwarded token (rows/g prompts of P, rows completions of T) plus the attention dots;
+    with g = 1 both are the cache-free forward's."""
+    cfg, rows, prompt_len, new, g = tiny_cfg(), 8, 5, 7, 4
+    trunk = flops.trunk_forward_flops(cfg, rows, prompt_len + new, new, g)
+    attention = flops.learner_attention_flops(cfg, rows, prompt_len + new, new, g)
+    forwarded = rows // g * prompt_len + rows * new
+    assert trunk == pytest.approx(2 * flops.trunk_matmul_params(cfg) * forwarded + attention)
+    assert trunk < flops.trunk_forward_flops(cfg, rows, prompt_len + new, new)
+    assert flops.trunk_forward_flops(cfg, rows, prompt_len + new, new) == pytest.approx(
+        flops.sequence_forward_flops(cfg, rows, prompt_len + new, 0))
+    assert flops.learner_attention_flops(cfg, rows, prompt_len + new, new) == pytest.approx(
+        flops.attention_flops(cfg, rows * (prompt_len + new), (prompt_len + new + 1) / 2))

@@ -535,7 +535,10 @@ def test_shared_prompt_rows_are_checked_and_the_group_is_chosen_by_the_config():
             rollouts.check_prompt_groups(bad_rows, np.array(group_ids), 2)
     run = config_lib.parse(default.get_config())
     assert validation.shared_prompt_group(run) == run.rl.num_generations == 16
-    for field, value in (("rl.shared_prompt_forward", False), ("rl.num_minibatches", 2), ("model.remat", "full"),
+    remat = default.get_config()
+    remat.model.remat = "full"  # the shared path's cached blocks honour remat (models.completion_hidden)
+    assert validation.shared_prompt_group(config_lib.parse(remat)) == 16
+    for field, value in (("rl.shared_prompt_forward", False), ("rl.num_minibatches", 2),
                          ("selection.hints", True), ("rl.micro_batch_size", 8)):
         c = default.get_config()
         section, name = field.split(".")

@@ -49,11 +49,11 @@ def shared_prompt_group(config) -> int:
     (`models.completion_hidden(prompt_group=G)`), else 1. It may when `rl.shared_prompt_forward` is on and every
     learner batch is whole groups of G consecutive rows with one prompt each: a single-turn run without hints
     (GHPO changes a regenerated group's prompts) or knapsack allocation (variable group sizes), one minibatch per
-    pass (more would shuffle rows), micro-batches of whole groups, and `model.remat` none (the shared path keeps
-    every activation). `train.single_turn` checks the rows of every batch it builds against it."""
+    pass (more would shuffle rows) and micro-batches of whole groups. `train.single_turn` checks the rows of every
+    batch it builds against it."""
     rl, sel, g = config.rl, config.selection, config.rl.num_generations
     shareable = (rl.shared_prompt_forward and not config.agent.env and not sel.hints and sel.method != "knapsack"
-                 and rl.num_minibatches == 1 and rl.micro_batch_size % g == 0 and config.model.remat == "none")
+                 and rl.num_minibatches == 1 and rl.micro_batch_size % g == 0)
     return g if shareable and g > 1 else 1
 
 

@@ -343,14 +343,39 @@ def _run_blocks(layers: nnx.List, remat: str, x: jax.Array, cos: jax.Array, sin:
         for layer in layers:
             x = _block_without_cache(layer, x, cos, sin, mask)
         return x
-    graphdef, _ = nnx.split(layers[0])
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *(nnx.state(layer) for layer in layers))  # [layers, ...]
+    graphdef, stacked = _stacked_layers(layers)
 
     def block(x, state):
         return _block_without_cache(nnx.merge(graphdef, state), x, cos, sin, mask), None
 
     block = jax.checkpoint(block, policy=_REMAT_POLICIES[remat], prevent_cse=False)
     return jax.lax.scan(block, x, stacked)[0]
+
+
+def _stacked_layers(layers: nnx.List) -> tuple[nnx.GraphDef, Any]:
+    """The blocks' graphdef and their params stacked along a new leading [layers] axis (a scan's xs)."""
+    graphdef, _ = nnx.split(layers[0])
+    return graphdef, jax.tree.map(lambda *xs: jnp.stack(xs), *(nnx.state(layer) for layer in layers))
+
+
+def _run_cached_blocks_remat(layers: nnx.List, remat: str, x: jax.Array, cos: jax.Array, sin: jax.Array,
+                             mask: jax.Array, cache: "KVCache", cache_index: jax.Array
+                             ) -> tuple[jax.Array, tuple[jax.Array, ...], tuple[jax.Array, ...]]:
+    """x [B, L, E] through every block of a cached forward that is differentiated (the learner's shared-prompt
+    path, `completion_hidden`), as `_run_blocks` does without a cache: one `lax.scan` over the stacked params and
+    the stacked per-layer cache, each step under `jax.checkpoint` with the `remat` policy, so the backward pass
+    holds one block's recomputed intermediates at a time. Returns x and the updated per-layer (k, v) caches. The
+    sampler's decode never takes this path (it is not differentiated, and stacking the cache copies it)."""
+    graphdef, stacked = _stacked_layers(layers)
+
+    def block(x, layer_state_kv):
+        state, k, v = layer_state_kv
+        x, kv = nnx.merge(graphdef, state)(x, cos, sin, mask, (k, v), cache_index)
+        return sharding.constrain_rows(x), kv
+
+    block = jax.checkpoint(block, policy=_REMAT_POLICIES[remat], prevent_cse=False)
+    x, (new_k, new_v) = jax.lax.scan(block, x, (stacked, jnp.stack(cache.k), jnp.stack(cache.v)))
+    return x, tuple(new_k), tuple(new_v)
 
 
 class KVCache(flax.struct.PyTreeNode):
@@ -379,9 +404,10 @@ class Decoder(nnx.Module):
                         _normal(normals, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), cfg))
 
     def __call__(self, tokens: jax.Array, positions: jax.Array, attention_mask: jax.Array,
-                 cache: KVCache | None, cache_index: jax.Array | int | None
+                 cache: KVCache | None, cache_index: jax.Array | int | None, cache_remat: bool = False
                  ) -> tuple[jax.Array, KVCache | None]:
-        """tokens, positions, attention_mask: [B, L]. Returns hidden [B, L, E] (after the final norm)."""
+        """tokens, positions, attention_mask: [B, L]. Returns hidden [B, L, E] (after the final norm).
+        cache_remat: apply `cfg.remat` to the cached blocks too (`_run_cached_blocks_remat`)."""
         cfg = self.cfg
         attention_mask = attention_mask.astype(bool)
         x = sharding.constrain_rows(jnp.take(self.embed[...], tokens, axis=0).astype(cfg.dtype))  # [B, L, E]
@@ -395,6 +421,9 @@ class Decoder(nnx.Module):
         cache_index = jnp.asarray(cache_index, jnp.int32)
         key_mask = jax.lax.dynamic_update_slice(cache.key_mask, attention_mask, (0, cache_index))
         mask = attention_mask_for(cache_index + jnp.arange(length), key_mask)  # [B, L, S]
+        if cache_remat and cfg.remat != "none":
+            x, new_k, new_v = _run_cached_blocks_remat(self.layers, cfg.remat, x, cos, sin, mask, cache, cache_index)
+            return self.final_norm(x), KVCache(k=new_k, v=new_v, key_mask=key_mask)
         new_k, new_v = [], []
         for layer, layer_k, layer_v in zip(self.layers, cache.k, cache.v):
             x, (layer_k, layer_v) = layer(x, cos, sin, mask, (layer_k, layer_v), cache_index)
@@ -474,17 +503,20 @@ def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
 
 def forward(cfg: ModelConfig, params: Params, tokens: jax.Array, positions: jax.Array,
             attention_mask: jax.Array, *, cache: KVCache | None = None,
-            cache_index: jax.Array | int | None = None) -> tuple[jax.Array, KVCache | None]:
+            cache_index: jax.Array | int | None = None, cache_remat: bool = False
+            ) -> tuple[jax.Array, KVCache | None]:
     """Final-norm hidden states [B, L, E] of tokens [B, L] at RoPE `positions` [B, L].
 
     Without a cache: causal self-attention over the L tokens; keys where attention_mask == 0 are
     masked. With a cache: the L tokens are written to slots [cache_index, cache_index + L),
     key_mask of those slots := attention_mask, and each query at slot s attends to the slots <= s whose
     key_mask is True; the updated cache is returned. A query with no visible key yields finite garbage.
+    `cfg.remat` applies to a cache-free forward; with a cache only when `cache_remat` (a differentiated cached
+    forward: the learner's shared prompt), since the sampler's decode loop is never differentiated.
     """
     if (cache is None) != (cache_index is None):
         raise ValueError("forward: pass both `cache` and `cache_index`, or neither.")
-    return _model(cfg, params)(tokens, positions, attention_mask, cache, cache_index)
+    return _model(cfg, params)(tokens, positions, attention_mask, cache, cache_index, cache_remat)
 
 
 def completion_hidden(cfg: ModelConfig, params: Params, tokens: jax.Array, attention_mask: jax.Array,
@@ -497,8 +529,8 @@ def completion_hidden(cfg: ModelConfig, params: Params, tokens: jax.Array, atten
     first P columns), as a GRPO group does. Each prompt is then forwarded once into a KV cache that is forked to
     its g rows (`fork_rows`), and the completions are forwarded against it: the same function (up to rounding)
     for (g−1)/g of the prompt's FLOPs less, in the forward and the backward pass (the gradient reaches the prompt
-    through the forked cache). This path runs the cached forward, which keeps every activation (`cfg.remat` does
-    not apply). B must be a multiple of g; the caller guarantees the shared prompts.
+    through the forked cache). `cfg.remat` applies to both cached forwards (`forward(cache_remat=True)`). B must be
+    a multiple of g; the caller guarantees the shared prompts.
     """
     length = tokens.shape[1]
     if prompt_group == 1:
@@ -511,13 +543,13 @@ def completion_hidden(cfg: ModelConfig, params: Params, tokens: jax.Array, atten
     first_row = lambda x: x.reshape(rows // prompt_group, prompt_group, *x.shape[1:])[:, 0, :prompt_len]  # noqa: E731
     prompt_hidden, cache = forward(
         cfg, params, first_row(tokens), first_row(positions), first_row(attention_mask),
-        cache=init_cache(cfg, rows // prompt_group, length), cache_index=0)
+        cache=init_cache(cfg, rows // prompt_group, length), cache_index=0, cache_remat=True)
     # Each group's cache row (and last prompt state) repeated to its rows: `fork_rows` with source = row // g, as a
     # broadcast, which SPMD partitioners split along the rows (a gather made the TPU compiler fail on a data mesh).
     cache, last_prompt = jax.tree.map(lambda x: jnp.repeat(x, prompt_group, axis=0),
                                       (cache, prompt_hidden[:, prompt_len - 1 : prompt_len]))
     hidden, _ = forward(cfg, params, tokens[:, prompt_len:], positions[:, prompt_len:],
-                        attention_mask[:, prompt_len:], cache=cache, cache_index=prompt_len)
+                        attention_mask[:, prompt_len:], cache=cache, cache_index=prompt_len, cache_remat=True)
     return jnp.concatenate([last_prompt, hidden[:, :completion_len - 1]], axis=1)  # last prompt state: token 0
 
 

@@ -61,9 +61,21 @@ def learner_forward_flops(cfg: ModelConfig, rows: int, length: int, logit_tokens
             + 2.0 * unembed_params(cfg) * completion_tokens)
 
 
-def trunk_forward_flops(cfg: ModelConfig, rows: int, length: int) -> float:
-    """The blocks' share of `sequence_forward_flops` (what full rematerialisation recomputes)."""
-    return sequence_forward_flops(cfg, rows, length, 0)
+def trunk_forward_flops(cfg: ModelConfig, rows: int, length: int, logit_tokens: int = 0, prompt_group: int = 1
+                        ) -> float:
+    """The blocks' share of `learner_forward_flops` (what full rematerialisation recomputes): no logits."""
+    return (learner_forward_flops(cfg, rows, length, logit_tokens, prompt_group)
+            - 2.0 * unembed_params(cfg) * rows * logit_tokens)
+
+
+def learner_attention_flops(cfg: ModelConfig, rows: int, length: int, logit_tokens: int, prompt_group: int = 1
+                            ) -> float:
+    """The attention dots' share of `learner_forward_flops` (what "dots" rematerialisation recomputes)."""
+    if prompt_group == 1:
+        return attention_flops(cfg, rows * length, (length + 1) / 2)
+    prompt_len = length - logit_tokens
+    return (attention_flops(cfg, rows // prompt_group * prompt_len, (prompt_len + 1) / 2)
+            + attention_flops(cfg, rows * logit_tokens, prompt_len + (logit_tokens + 1) / 2))
 
 
 def decode_flops(cfg: ModelConfig, rows: int, prompt_len: int, new_tokens: int) -> float:

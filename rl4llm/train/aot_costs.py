@@ -42,13 +42,13 @@ class Costs:
         n = flops_lib.trunk_matmul_params(self.cfg) + flops_lib.unembed_params(self.cfg)
         return n * jnp.dtype(self.cfg.param_dtype).itemsize / self.tensor
 
-    def recompute_flops(self, rows: int, length: int) -> float:
+    def recompute_flops(self, rows: int, length: int, logit_tokens: int, prompt_group: int = 1) -> float:
         """What the backward pass recomputes: "full" the blocks' forward, "dots" (weight matmuls' outputs saved)
-        the attention's q.k and p.v, "none" nothing."""
+        the attention's q.k and p.v, "none" nothing (each group's prompt once with `prompt_group` > 1)."""
         if self.cfg.remat == "full":
-            return flops_lib.trunk_forward_flops(self.cfg, rows, length)
+            return flops_lib.trunk_forward_flops(self.cfg, rows, length, logit_tokens, prompt_group)
         if self.cfg.remat == "dots":
-            return flops_lib.attention_flops(self.cfg, rows * length, (length + 1) / 2)
+            return flops_lib.learner_attention_flops(self.cfg, rows, length, logit_tokens, prompt_group)
         return 0.0
 
     def _trained(self, name: str, params, opt_state, rows: int, length: int, logit_tokens: int,
@@ -58,7 +58,7 @@ class Costs:
         (trained leaves) with `opt_state`."""
         n_micro = rows // (micro_batch_size or rows)
         fwd = flops_lib.learner_forward_flops(self.cfg, rows, length, logit_tokens, prompt_group)
-        remat = self.recompute_flops(rows, length)
+        remat = self.recompute_flops(rows, length, logit_tokens, prompt_group)
         passes = 2 + (self.cfg.remat == "full")
         grads = per_device_bytes(params)
         streamed = n_micro * (passes * self.weights_read() + 2 * grads)
