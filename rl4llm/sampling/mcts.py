@@ -265,7 +265,8 @@ def search(model_cfg: ModelConfig, params: Params, prompt_tokens: jax.Array, pro
             rows = slice(p0 * n, (p0 + 1) * n)
             kind = _record(tree, local, picks[p0], own[rows], entropy[rows], terminal[rows], correct[rows],
                            shape.gamma_min)
-            counts[kind] = counts.get(kind, 0) + 1
+            if kind:
+                counts[kind] += 1
     return _result(paths, trees, shape, counts, b)
 
 
