@@ -492,7 +492,8 @@ def run_workload(model_cfg: models.ModelConfig, model: str, wl: Workload, steps:
     layout = None
     if mesh:
         sizes = dict(zip(mesh_lib.MESH_AXES, map(int, mesh.split(","))))
-        meshes = mesh_lib.meshes_from_config(ml_collections.ConfigDict({**sizes, "sampler": "shared"}))
+        meshes = mesh_lib.meshes_from_config(ml_collections.ConfigDict({**sizes, "sampler": "shared",
+                                                                        "judges": "shared"}))
         layout = layout_lib.Layout(meshes, model_cfg)
         state = jax.block_until_ready(layout.shard_state(state))
     programs = make_programs(model_cfg, wl, optimizer, logprob_chunk_size, layout, state, shared_prompt)

@@ -39,6 +39,7 @@ from rl4llm import models
 from rl4llm import reward_model as rm
 from rl4llm.models import value_head
 from rl4llm.models.config import ModelConfig
+from rl4llm.parallel import judges
 from rl4llm.rewards import process as process_lib
 from rl4llm.train import batches
 
@@ -162,11 +163,12 @@ def _make_completion_score_fn(cfg: ModelConfig) -> Callable:
 @dataclasses.dataclass(frozen=True)
 class Scorer:
     """A PRM ready to score the RL step's rollouts: ONE jitted forward of the batch and one transfer of the [N, T]
-    step scores to the host."""
+    step scores to the host, on the judges' mesh once `placed` (`parallel.judges`)."""
 
     cfg: ModelConfig
     params: rm.Params
     meta: dict
+    placement: judges.JudgePlacement | None = None  # None: the default device, unsharded
 
     @classmethod
     def from_checkpoint(cls, directory: str, tokenizer, alphabet: str) -> "Scorer":
@@ -179,7 +181,11 @@ class Scorer:
                              f"not a PRM; train one with --config.reward_model.objective={OBJECTIVE}")
         return cls(cfg, params, meta)
 
+    def placed(self, placement: judges.JudgePlacement) -> "Scorer":
+        """This PRM with its params sharded on `placement`'s mesh, scoring its batches there."""
+        return dataclasses.replace(self, params=placement.place_params(self.params, self.cfg), placement=placement)
+
     def __call__(self, tokens, attention_mask, step_ends) -> np.ndarray:  # [N, P+T] x2, [N, T] -> [N, T] float32
         """The step scores s on the completions' step ends (`completion_step_scores`), 0 elsewhere, on the host."""
-        return np.asarray(jax.device_get(_make_completion_score_fn(self.cfg)(
-            self.params, jnp.asarray(tokens), jnp.asarray(attention_mask), jnp.asarray(step_ends))))
+        return judges.score_rows(self.placement, _make_completion_score_fn(self.cfg), self.params, tokens,
+                                 attention_mask, step_ends)

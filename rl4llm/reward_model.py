@@ -47,6 +47,7 @@ from rl4llm import models
 from rl4llm.config.sections import SCALAR_REWARD_MODEL_OBJECTIVES as OBJECTIVES
 from rl4llm.models import value_head
 from rl4llm.models.config import Llama3RopeScaling, ModelConfig
+from rl4llm.parallel import judges
 from rl4llm.rl import preference
 from rl4llm.train import batches
 from rl4llm.train import optim
@@ -275,18 +276,24 @@ def tokenizer_fingerprint(tokenizer, alphabet: str) -> list[int]:
 @dataclasses.dataclass(frozen=True)
 class Scorer:
     """An RM ready to score rollouts in the RL step: ONE jitted call per batch (`make_score_fn`) and one transfer of
-    the [N] scores to the host."""
+    the [N] scores to the host, on the judges' mesh once `placed` (`parallel.judges`)."""
 
     cfg: ModelConfig
     params: Params
     meta: dict
+    placement: judges.JudgePlacement | None = None  # None: the default device, unsharded
 
     @classmethod
     def from_checkpoint(cls, directory: str, tokenizer, alphabet: str) -> "Scorer":
         """The RM at `directory`; ValueError if it was trained with another tokenizer than `tokenizer`."""
         return cls(*load_for_run(directory, "config.reward_model.checkpoint", "reward model", tokenizer, alphabet))
 
+    def placed(self, placement: judges.JudgePlacement) -> "Scorer":
+        """This RM with its params sharded on `placement`'s mesh, scoring its batches there."""
+        return dataclasses.replace(self, params=placement.place_params(self.params, self.cfg), placement=placement)
+
     def __call__(self, tokens, attention_mask, params: Params | None = None) -> np.ndarray:  # [N, L] -> [N] float32
-        """The scores on the host, by the checkpoint's params or `params` (the same model, trained on: co-training)."""
+        """The scores on the host, by the checkpoint's params or `params` (the same model, trained on: co-training;
+        they must sit on the placement's mesh: the learner's, `config.mesh.judges="shared"`)."""
         params = self.params if params is None else params
-        return np.asarray(jax.device_get(make_score_fn(self.cfg)(params, tokens, attention_mask)))
+        return judges.score_rows(self.placement, make_score_fn(self.cfg), params, tokens, attention_mask)

@@ -39,7 +39,7 @@ SAMPLING = sampling.SamplingConfig(max_new_tokens=T, temperature=1.0, pad_id=0)
 
 
 def mesh_config(data, fsdp, tensor, placement="shared", sampler=(1, 1, -1), sampler_devices=0):
-    c = ml_collections.ConfigDict(dict(data=data, fsdp=fsdp, tensor=tensor, sampler=placement,
+    c = ml_collections.ConfigDict(dict(data=data, fsdp=fsdp, tensor=tensor, sampler=placement, judges="shared",
                                        sampler_devices=sampler_devices))
     c.sampler_data, c.sampler_fsdp, c.sampler_tensor = sampler
     return c

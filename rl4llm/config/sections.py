@@ -18,6 +18,7 @@ from rl4llm.config.fields import AtLeast, Between, Boolean, OneOf, Satisfies, pa
 from rl4llm.data import arithmetic as arithmetic_lib
 from rl4llm.data import selection as selection_lib
 from rl4llm.data import tasks
+from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.rewards import combine as combine_lib
 from rl4llm.rewards import length as length_lib
 from rl4llm.rewards import pipeline as pipeline_lib
@@ -674,6 +675,13 @@ class Mesh:
     sampler_fsdp: int = param(1, "sampler layout: fsdp axis")
     sampler_tensor: int = param(1, "sampler layout: tensor axis")
     sampler_devices: int = param(0, "disaggregated: devices of the sampler", AtLeast(0))
+    judges: str = param("shared", "the judge models' mesh (outcome RM, PRM, generative verifier): shared (the "
+                                  "learner's) or disaggregated (the last judge_devices of the learner's devices)",
+                        OneOf(mesh_lib.JUDGE_PLACEMENTS))
+    judge_data: int = param(-1, "disaggregated judges' layout: data axis")
+    judge_fsdp: int = param(1, "disaggregated judges' layout: fsdp axis")
+    judge_tensor: int = param(1, "disaggregated judges' layout: tensor axis")
+    judge_devices: int = param(0, "disaggregated: devices of the judge models", AtLeast(0))
 
 
 @_section

@@ -1082,6 +1082,7 @@ def _mesh_errors(config) -> list[str]:
             "config.mesh.sampler='disaggregated': copying weights between disjoint device sets is supported in a "
             "single process only; use 'colocated' (same devices, another layout) on several hosts"
         )
+    errors += _judge_mesh_errors(config)
     shards = meshes.learner.shape["data"] * meshes.learner.shape["fsdp"]
     rl = config.rl
     rows = {
@@ -1094,6 +1095,29 @@ def _mesh_errors(config) -> list[str]:
                 f"config.{path}={n}: the learner splits batch rows over config.mesh.data x fsdp = {shards} devices; "
                 f"make it a multiple of {shards}"
             )
+    return errors
+
+
+def _judge_mesh_errors(config) -> list[str]:
+    """config.mesh.judges="disaggregated" (`parallel.judges`) needs a judge model to place, one process, a judge
+    that scores by a forward (the critique judge samples on the default device), and an RM that is not the
+    learner's state (co-training keeps its params on the learner mesh)."""
+    if config.mesh.judges != "disaggregated":
+        return []
+    field = "config.mesh.judges='disaggregated'"
+    v = config.generative_verifier
+    errors = []
+    if not (config.reward_model.checkpoint or config.task.step_reward_model or v.checkpoint or v.hf_checkpoint):
+        errors.append(f"{field}: the run has no judge model to place (config.reward_model.checkpoint, "
+                      "config.task.step_reward_model, config.generative_verifier.checkpoint / hf_checkpoint)")
+    if jax.process_count() > 1:
+        errors.append(f"{field}: the judges' devices must be this process's (single process only); use 'shared'")
+    if config.reward_model.co_train:
+        errors.append(f"{field} with config.reward_model.co_train=True: the co-trained RM is the learner's state, on "
+                      "the learner's mesh; use 'shared'")
+    if (v.checkpoint or v.hf_checkpoint) and v.kind == "critique":
+        errors.append(f"{field} with config.generative_verifier.kind='critique': the critique judge samples on the "
+                      "default device, it has no placement; use 'shared'")
     return errors
 
 

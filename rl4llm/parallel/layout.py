@@ -22,6 +22,7 @@ from jax.sharding import NamedSharding
 
 from rl4llm import sampling
 from rl4llm.models import ModelConfig
+from rl4llm.parallel import judges as judges_lib
 from rl4llm.parallel import rules as rules_lib
 from rl4llm.parallel.mesh import Meshes, meshes_from_config
 
@@ -47,6 +48,11 @@ class Layout:
     meshes: Meshes
     model_cfg: ModelConfig
     rules: rules_lib.Rules = dataclasses.field(default_factory=lambda: dict(rules_lib.RULES))
+
+    @property
+    def judges(self) -> judges_lib.JudgePlacement:
+        """Where the judge models score (`parallel.judges`): the judges' mesh, the policy's rules."""
+        return judges_lib.JudgePlacement(self.meshes.judges, self.rules)
 
     @property
     def learner_batch(self) -> NamedSharding:

@@ -12,6 +12,13 @@ The sampler's mesh (`config.mesh.sampler`), following Tunix's per-role meshes:
                    parallelism and no fsdp for decoding); the weights are resharded to it after each update;
   "disaggregated": the last `config.mesh.sampler_devices` devices, laid out by `sampler_{data,fsdp,tensor}`; the
                    learner gets the others. Weights are copied across after each update.
+
+The judge models' mesh (`config.mesh.judges`: the outcome RM, the learned PRM, the generative verifier, placed by
+`parallel.judges`):
+  "shared":        the learner's mesh itself (default);
+  "disaggregated": the last `config.mesh.judge_devices` of the devices the sampler leaves to the learner, laid out
+                   by `judge_{data,fsdp,tensor}`; the learner gets the others. The devices run in the order
+                   [learner | judges | sampler].
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from jax.sharding import AxisType, Mesh
 
 MESH_AXES = ("data", "fsdp", "tensor")
 SAMPLER_PLACEMENTS = ("shared", "colocated", "disaggregated")
+JUDGE_PLACEMENTS = ("shared", "disaggregated")
 
 
 def mesh_shape(sizes, num_devices: int, *, field: str = "config.mesh.") -> tuple[int, ...]:
@@ -75,10 +83,12 @@ def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device], *, whole_slic
 
 @dataclasses.dataclass(frozen=True)
 class Meshes:
-    """The learner's mesh and the sampler's (the same object when the placement is "shared")."""
+    """The learner's mesh, the sampler's (the same object when the placement is "shared") and the judge models'
+    (the learner's when `config.mesh.judges` is "shared")."""
 
     learner: Mesh
     sampler: Mesh
+    judges: Mesh
     placement: str = "shared"
 
     @property
@@ -86,25 +96,43 @@ class Meshes:
         return self.learner is self.sampler
 
 
+def split_last(devices: list, k: int, field: str, role: str) -> tuple[list, list]:
+    """(the first len - k devices, the last k) for a disaggregated `role`; ValueError naming `field` unless
+    0 < k < len(devices) (the learner keeps at least one)."""
+    if not 0 < k < len(devices):
+        raise ValueError(
+            f"{field}={k}: a disaggregated {role} needs between 1 and {len(devices) - 1} of the {len(devices)} "
+            f"devices (the learner gets the rest)."
+        )
+    return devices[: len(devices) - k], devices[len(devices) - k :]
+
+
 def meshes_from_config(mesh_cfg, devices: Sequence[jax.Device] | None = None) -> Meshes:
-    """The learner's and the sampler's meshes of `config.mesh` over `devices` (default: all of them)."""
+    """The learner's, the sampler's and the judges' meshes of `config.mesh` over `devices` (default: all of them),
+    in the order [learner | judges | sampler] when disaggregated."""
     devices = list(jax.devices() if devices is None else devices)
     placement = mesh_cfg.sampler
     if placement not in SAMPLER_PLACEMENTS:
         raise ValueError(f"config.mesh.sampler={placement!r}: must be one of {SAMPLER_PLACEMENTS}.")
+    if mesh_cfg.judges not in JUDGE_PLACEMENTS:
+        raise ValueError(f"config.mesh.judges={mesh_cfg.judges!r}: must be one of {JUDGE_PLACEMENTS}.")
+    learner_devices = sampler_devices = devices
     if placement == "disaggregated":
-        k = mesh_cfg.sampler_devices
-        if not 0 < k < len(devices):
-            raise ValueError(
-                f"config.mesh.sampler_devices={k}: a disaggregated sampler needs between 1 and {len(devices) - 1} "
-                f"of the {len(devices)} devices (the learner gets the rest)."
-            )
-        learner_devices, sampler_devices = devices[: len(devices) - k], devices[len(devices) - k :]
-    else:
-        learner_devices = sampler_devices = devices
-    whole = placement != "disaggregated"
+        learner_devices, sampler_devices = split_last(devices, mesh_cfg.sampler_devices,
+                                                      "config.mesh.sampler_devices", "sampler")
+    judge_devices = None
+    if mesh_cfg.judges == "disaggregated":
+        learner_devices, judge_devices = split_last(learner_devices, mesh_cfg.judge_devices,
+                                                    "config.mesh.judge_devices", "set of judge models")
+        if placement != "disaggregated":
+            sampler_devices = learner_devices
+    whole = placement != "disaggregated" and judge_devices is None
     learner = make_mesh(mesh_shape(mesh_cfg, len(learner_devices)), learner_devices, whole_slice=whole)
+    judges = learner
+    if judge_devices is not None:
+        judges = make_mesh(mesh_shape(mesh_cfg, len(judge_devices), field="config.mesh.judge_"), judge_devices,
+                           whole_slice=False)
     if placement == "shared":
-        return Meshes(learner, learner, placement)
+        return Meshes(learner, learner, judges, placement)
     shape = mesh_shape(mesh_cfg, len(sampler_devices), field="config.mesh.sampler_")
-    return Meshes(learner, make_mesh(shape, sampler_devices, whole_slice=whole), placement)
+    return Meshes(learner, make_mesh(shape, sampler_devices, whole_slice=whole), judges, placement)

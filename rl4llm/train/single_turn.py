@@ -180,8 +180,8 @@ def build_setup(config, workdir: str) -> Setup:
     with the teacher that samples the off-policy traces (config.teacher)."""
     with distributed.main_process_first("task tokenizer"):
         setup = setup_lib.build_setup(config, workdir)
-    return dataclasses.replace(setup, layout=layout_lib.layout_from_config(config, setup.model_cfg),
-                               teacher=teacher_lib.load(config))
+    setup = setup_lib.with_layout(setup, layout_lib.layout_from_config(config, setup.model_cfg))
+    return dataclasses.replace(setup, teacher=teacher_lib.load(config))
 
 
 def describe(config, setup: Setup) -> str:

@@ -49,8 +49,9 @@ Params: a bare decoder (`models.init_params` tree), from a directory written by 
 run's tokenizer, or an HF model directory (`config.generative_verifier.hf_checkpoint`, scored with its own
 tokenizer.json). The reward-model job trains one on the task's verdicts (`experiments/train_reward_model.py` with
 `config.reward_model.objective="judge"`: `judge_objective`); `save` takes any other decoder params (an SFT policy,
-`train.reward_model_job.sft_policy`; a random decoder for tests). The params sit on the default device, unsharded:
-the verifier has no mesh of its own yet (a judge larger than one device does not fit).
+`train.reward_model_job.sft_policy`; a random decoder for tests). On several devices the params are sharded on
+the judges' mesh (`config.mesh.judges`, `parallel.judges`; `placed`) and each batch's rows split over its batch
+axes; on one device they sit on it, unsharded.
 
 This is `config.generative_verifier.kind="p_yes"`; kind "critique" (`verifiers.critique`: sampled critiques ending in
 a parsed score, DeepSeek-GRM) shares the judge text and the loading (`load_judge`, which refuses a directory trained
@@ -74,6 +75,7 @@ from rl4llm import models
 from rl4llm import reward_model
 from rl4llm.config.sections import GENERATIVE_VERIFIER_NORMALISATIONS as NORMALISATIONS
 from rl4llm.models.config import ModelConfig
+from rl4llm.parallel import judges
 from rl4llm.sampling import sampler
 from rl4llm.verifiers import templates
 
@@ -223,6 +225,7 @@ class Verifier:
     no_id: int
     normalisation: str
     max_length: int
+    placement: judges.JudgePlacement | None = None  # None: the default device, unsharded
 
     @classmethod
     def from_config(cls, section, run_tokenizer, alphabet: str, *, dtype: str = "float32",
@@ -255,10 +258,14 @@ class Verifier:
         return encode_judge_texts(self.tokenizer, self.pieces, questions, references, completions, self.max_length,
                                   criteria)
 
+    def placed(self, placement: judges.JudgePlacement) -> "Verifier":
+        """This verifier with its params sharded on `placement`'s mesh, judging its batches there."""
+        return dataclasses.replace(self, params=placement.place_params(self.params, self.cfg), placement=placement)
+
     def probabilities(self, tokens, mask) -> tuple[np.ndarray, np.ndarray]:
-        """(P(Yes) [N], P(Yes) + P(No) [N]) on the host, from one jitted call."""
+        """(P(Yes) [N], P(Yes) + P(No) [N]) on the host, from one jitted call and one transfer."""
         fn = make_judge_fn(self.cfg, self.yes_id, self.no_id, self.normalisation)
-        return tuple(np.asarray(x) for x in jax.device_get(fn(self.params, tokens, mask)))
+        return tuple(judges.score_rows(self.placement, fn, self.params, tokens, mask))
 
     def __call__(self, questions, references, completions, criteria=None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,113 @@
+"""Run under XLA_FLAGS=--xla_force_host_platform_device_count=8 (see test_judges_mesh.py): the outcome RM's scores,
+the PRM's step scores and the generative verifier's P(Yes) on the judges' mesh of `config.mesh.judges` — shared
+(the learner's (2, 2, 2) mesh) and disaggregated (the last 2 devices, fsdp or tensor, with and without a
+disaggregated sampler) — equal the unplaced scores; their weights are sharded on the judges' devices; the configs it
+cannot serve are refused naming the field. Exits non-zero on a mismatch; prints OK."""
+
+import jax
+import numpy as np
+
+from configs import default
+from rl4llm import config as config_lib
+from rl4llm import models
+from rl4llm import process_reward_model as prm
+from rl4llm import reward_model as rm
+from rl4llm.parallel import layout as layout_lib
+from rl4llm.parallel import mesh as mesh_lib
+from rl4llm.verifiers import generative
+
+CFG = models.get_config("nano", vocab_size=24, num_heads=4, num_kv_heads=2)
+N, L, T = 6, 14, 6  # 6 rows: not a multiple of the 4 row shards of (2, 2, 2), so the padding is exercised
+
+# name -> (config.mesh fields, the judges' devices)
+MESHES = {
+    "shared (2,2,2)": ({"data": 2, "fsdp": 2, "tensor": 2}, range(8)),
+    "disaggregated fsdp 2": ({"judges": "disaggregated", "judge_devices": 2, "judge_data": 1, "judge_fsdp": 2},
+                             range(6, 8)),
+    "disaggregated tensor 2, sampler disaggregated": (
+        {"judges": "disaggregated", "judge_devices": 2, "judge_data": 1, "judge_tensor": 2,
+         "sampler": "disaggregated", "sampler_devices": 2}, range(4, 6)),
+}
+
+
+def judges_and_inputs():
+    """The three judges, unplaced (random nano params, a non-zero head), and a batch with pads on both sides."""
+    params = rm.init_params(CFG, jax.random.key(0))
+    params["head"]["kernel"] = jax.random.normal(jax.random.key(1), (CFG.hidden_size,))
+    verifier = generative.Verifier(CFG, models.init_params(CFG, jax.random.key(2)), tokenizer=None, pieces=(),
+                                   yes_id=5, no_id=6, normalisation="full", max_length=L)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(3, CFG.vocab_size, size=(N, L)).astype(np.int32)
+    lengths, starts = rng.integers(2, 9, size=N), rng.integers(0, 5, size=N)
+    mask = ((np.arange(L) >= starts[:, None]) & (np.arange(L) < (starts + lengths)[:, None])).astype(np.int32)
+    step_ends = (rng.random((N, T)) < 0.4) & (mask[:, -T:] > 0)
+    judges = {"outcome RM": rm.Scorer(CFG, params, {}), "PRM": prm.Scorer(CFG, params, {}), "P(Yes)": verifier}
+    return judges, (tokens, mask, step_ends)
+
+
+def scores(judge, tokens, mask, step_ends):
+    if isinstance(judge, prm.Scorer):
+        return judge(tokens, mask, step_ends)
+    if isinstance(judge, generative.Verifier):
+        return np.stack(judge.probabilities(tokens, mask))
+    return judge(tokens, mask)
+
+
+def mesh_config(**fields):
+    """The default config.mesh (ml_collections form) with `fields`."""
+    mesh = default.get_config().mesh
+    mesh.update(fields)
+    return mesh
+
+
+def check_placements():
+    judges, inputs = judges_and_inputs()
+    expected = {name: scores(judge, *inputs) for name, judge in judges.items()}
+    for mesh_name, (fields, devices) in MESHES.items():
+        meshes = mesh_lib.meshes_from_config(mesh_config(**fields))
+        placement = layout_lib.Layout(meshes, CFG).judges
+        assert set(meshes.judges.devices.flat) == {jax.devices()[i] for i in devices}, mesh_name
+        for name, judge in judges.items():
+            placed = judge.placed(placement)
+            trunk = placed.params.get("trunk", placed.params)  # RM / PRM: trunk + head; verifier: a bare decoder
+            for leaf in (trunk["layers"][0]["mlp"]["gate_proj"]["kernel"], trunk["embed"]):
+                assert not leaf.sharding.is_fully_replicated, (mesh_name, name, leaf.sharding)
+                assert leaf.sharding.device_set == set(meshes.judges.devices.flat), (mesh_name, name)
+            got = scores(placed, *inputs)
+            if not np.allclose(got, expected[name], rtol=1e-5, atol=1e-5):
+                raise SystemExit(f"{mesh_name}, {name}: {got} != {expected[name]}")
+        print(mesh_name, "scores match", flush=True)
+
+
+def refused(expected: str, **overrides) -> None:
+    """config_lib.parse refuses the default config with `overrides`, naming `expected`."""
+    config = default.get_config()
+    config.update_from_flattened_dict(overrides)
+    try:
+        config_lib.parse(config)
+    except config_lib.ConfigError as e:
+        assert expected in str(e), (expected, str(e))
+        return
+    raise SystemExit(f"{overrides} was accepted")
+
+
+def check_bad_configs():
+    judge = {"reward_model.checkpoint": "/nowhere", "mesh.judges": "disaggregated"}
+    refused("config.mesh.judges", **{"mesh.judges": "elsewhere"})
+    refused("config.mesh.judge_devices=8", **judge, **{"mesh.judge_devices": 8})
+    refused("config.mesh.judge_devices=0", **judge)
+    refused("config.mesh.judge_devices=6", **judge, **{"mesh.judge_devices": 6, "mesh.sampler": "disaggregated",
+                                                       "mesh.sampler_devices": 2})
+    refused("config.mesh.judge_{data,fsdp,tensor}", **judge, **{"mesh.judge_devices": 2, "mesh.judge_data": 4})
+    refused("config.mesh.judges='disaggregated': the run has no judge model",
+            **{"mesh.judges": "disaggregated", "mesh.judge_devices": 2})
+    refused("config.mesh.judges='disaggregated' with config.reward_model.co_train=True",
+            **judge, **{"mesh.judge_devices": 2, "reward_model.co_train": True})
+    print("bad configs refused", flush=True)
+
+
+if __name__ == "__main__":
+    assert jax.device_count() == 8, jax.devices()
+    check_placements()
+    check_bad_configs()
+    print("OK")
