@@ -1,8 +1,11 @@
 """Run under XLA_FLAGS=--xla_force_host_platform_device_count=8 (see test_judges_mesh.py): the outcome RM's scores,
-the PRM's step scores and the generative verifier's P(Yes) on the judges' mesh of `config.mesh.judges` — shared
+the PRM's step scores, the generative verifier's P(Yes) and its sampled critiques (texts, finished, lengths) on the
+judges' mesh of `config.mesh.judges` — shared
 (the learner's (2, 2, 2) mesh) and disaggregated (the last 2 devices, fsdp or tensor, with and without a
 disaggregated sampler) — equal the unplaced scores; their weights are sharded on the judges' devices; the configs it
 cannot serve are refused naming the field. Exits non-zero on a mismatch; prints OK."""
+
+import tempfile
 
 import jax
 import numpy as np
@@ -12,8 +15,12 @@ from rl4llm import config as config_lib
 from rl4llm import models
 from rl4llm import process_reward_model as prm
 from rl4llm import reward_model as rm
+from rl4llm import sampling
+from rl4llm.data import arithmetic
 from rl4llm.parallel import layout as layout_lib
 from rl4llm.parallel import mesh as mesh_lib
+from rl4llm.tokenizers import sentencepiece_tokenizer
+from rl4llm.verifiers import critique
 from rl4llm.verifiers import generative
 
 CFG = models.get_config("nano", vocab_size=24, num_heads=4, num_kv_heads=2)
@@ -41,7 +48,13 @@ def judges_and_inputs():
     lengths, starts = rng.integers(2, 9, size=N), rng.integers(0, 5, size=N)
     mask = ((np.arange(L) >= starts[:, None]) & (np.arange(L) < (starts + lengths)[:, None])).astype(np.int32)
     step_ends = (rng.random((N, T)) < 0.4) & (mask[:, -T:] > 0)
-    judges = {"outcome RM": rm.Scorer(CFG, params, {}), "PRM": prm.Scorer(CFG, params, {}), "P(Yes)": verifier}
+    tokenizer = sentencepiece_tokenizer.get_or_train_task_tokenizer(tempfile.mkdtemp(), arithmetic.ArithmeticConfig())
+    sampling_cfg = sampling.SamplingConfig(max_new_tokens=6, temperature=1.0, stop_token_ids=tokenizer.stop_token_ids,
+                                           pad_id=tokenizer.pad_id)
+    critic = critique.CritiqueVerifier(CFG, verifier.params, tokenizer, pieces=(), max_length=L, samples=2,
+                                       sampling_cfg=sampling_cfg)
+    judges = {"outcome RM": rm.Scorer(CFG, params, {}), "PRM": prm.Scorer(CFG, params, {}), "P(Yes)": verifier,
+              "critiques": critic}
     return judges, (tokens, mask, step_ends)
 
 
@@ -50,7 +63,20 @@ def scores(judge, tokens, mask, step_ends):
         return judge(tokens, mask, step_ends)
     if isinstance(judge, generative.Verifier):
         return np.stack(judge.probabilities(tokens, mask))
+    if isinstance(judge, critique.CritiqueVerifier):  # k = 2 sampled critiques per text, at temperature 1
+        texts, finished, lengths = critique.sample_critiques(judge.cfg, judge.params, judge.tokenizer, tokens, mask,
+                                                             judge.samples, judge.sampling_cfg, jax.random.key(3),
+                                                             judge.placement)
+        assert len(set(texts)) > 1, texts  # the critiques vary: a wrong row order or key would show
+        return texts, finished, lengths
     return judge(tokens, mask)
+
+
+def matches(got, expected) -> bool:
+    """Scores allclose (1e-5); critiques (a tuple) exactly equal."""
+    if isinstance(expected, tuple):
+        return got[0] == expected[0] and all(np.array_equal(a, b) for a, b in zip(got[1:], expected[1:]))
+    return np.allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def mesh_config(**fields):
@@ -67,6 +93,8 @@ def check_placements():
         meshes = mesh_lib.meshes_from_config(mesh_config(**fields))
         placement = layout_lib.Layout(meshes, CFG).judges
         assert set(meshes.judges.devices.flat) == {jax.devices()[i] for i in devices}, mesh_name
+        padded = placement.place_rows(inputs)[0]  # rows padded to a multiple of the row shards (data x fsdp)
+        assert padded.shape[0] == -(-N // placement.row_shards) * placement.row_shards, (mesh_name, padded.shape)
         for name, judge in judges.items():
             placed = judge.placed(placement)
             trunk = placed.params.get("trunk", placed.params)  # RM / PRM: trunk + head; verifier: a bare decoder
@@ -74,7 +102,7 @@ def check_placements():
                 assert not leaf.sharding.is_fully_replicated, (mesh_name, name, leaf.sharding)
                 assert leaf.sharding.device_set == set(meshes.judges.devices.flat), (mesh_name, name)
             got = scores(placed, *inputs)
-            if not np.allclose(got, expected[name], rtol=1e-5, atol=1e-5):
+            if not matches(got, expected[name]):
                 raise SystemExit(f"{mesh_name}, {name}: {got} != {expected[name]}")
         print(mesh_name, "scores match", flush=True)
 

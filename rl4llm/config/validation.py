@@ -1099,9 +1099,8 @@ def _mesh_errors(config) -> list[str]:
 
 
 def _judge_mesh_errors(config) -> list[str]:
-    """config.mesh.judges="disaggregated" (`parallel.judges`) needs a judge model to place, one process, a judge
-    that scores by a forward (the critique judge samples on the default device), and an RM that is not the
-    learner's state (co-training keeps its params on the learner mesh)."""
+    """config.mesh.judges="disaggregated" (`parallel.judges`) needs a judge model to place, one process, and an RM
+    that is not the learner's state (co-training keeps its params on the learner mesh)."""
     if config.mesh.judges != "disaggregated":
         return []
     field = "config.mesh.judges='disaggregated'"
@@ -1115,9 +1114,6 @@ def _judge_mesh_errors(config) -> list[str]:
     if config.reward_model.co_train:
         errors.append(f"{field} with config.reward_model.co_train=True: the co-trained RM is the learner's state, on "
                       "the learner's mesh; use 'shared'")
-    if (v.checkpoint or v.hf_checkpoint) and v.kind == "critique":
-        errors.append(f"{field} with config.generative_verifier.kind='critique': the critique judge samples on the "
-                      "default device, it has no placement; use 'shared'")
     return errors
 
 

@@ -1,12 +1,14 @@
 """Where the judge models of a run score: the outcome RM (`reward_model.Scorer`), the learned PRM
-(`process_reward_model.Scorer`) and the generative verifier's P(Yes) (`verifiers.generative.Verifier`), placed on the
+(`process_reward_model.Scorer`), the generative verifier's P(Yes) (`verifiers.generative.Verifier`) and its sampled
+critiques (`verifiers.critique.CritiqueVerifier`), placed on the
 judges' mesh of `config.mesh.judges` (`mesh.Meshes.judges`: the learner's mesh, or a disaggregated slice of the
 devices).
 
 On that mesh a judge's params are sharded by the policy's logical-axis rules (`rules.tree_shardings` with the judge's
 own ModelConfig: fsdp splits every weight's width, tensor the heads / MLP / vocabulary), and a scored batch's rows
-are split over its batch axes (data x fsdp). A batch whose rows do not divide the shards is padded with empty rows
-(mask 0, scored 0 by every judge) and the padding dropped on the host. Scoring is ONE jitted call per batch and ONE
+are split over its batch axes (data x fsdp), and so are the decoder's activations (`models.sharding.constrain_rows`
+under the judges' mesh: FSDP gathers the weights, the residual stream stays split by rows). A batch whose rows do not
+divide the shards is padded with empty rows (mask 0) and the padding dropped on the host. Scoring is ONE jitted call per batch and ONE
 transfer of the scores to the host (`score_rows`); without a placement (one device) the call is the unplaced one.
 Issue 22: "a reward-model role ... on its own mesh (or a slice of the policy's), batched scoring in the RL step
 without a host round trip per sample".
@@ -38,6 +40,10 @@ class JudgePlacement:
         """A judge's `params` sharded on the judges' mesh by the rules and `model_cfg`'s logical axes."""
         return rules_lib.place(params, rules_lib.tree_shardings(self.mesh, params, model_cfg, self.rules))
 
+    def replicate(self, x: Any) -> Any:
+        """`x` (a PRNG key, a scalar) replicated on the judges' mesh."""
+        return rules_lib.place(x, rules_lib.replicated(self.mesh))
+
     @property
     def row_shards(self) -> int:
         """How many ways a batch's rows are split: the product of the batch rule's mesh axes (data x fsdp)."""
@@ -59,5 +65,10 @@ def score_rows(placement: JudgePlacement | None, fn: Callable, params: Any, *row
     transfer. With a placement the rows are placed on the judges' mesh (`JudgePlacement.place_rows`) and the padding
     dropped; `params` must already sit there (`place_params`)."""
     n = np.shape(rows[0])[0]
-    inputs = tuple(jnp.asarray(x) for x in rows) if placement is None else placement.place_rows(rows)
-    return jax.tree.map(lambda x: np.asarray(x)[:n], jax.device_get(fn(params, *inputs)))
+    if placement is None:
+        out = fn(params, *(jnp.asarray(x) for x in rows))
+    else:
+        inputs = placement.place_rows(rows)
+        with jax.sharding.use_abstract_mesh(placement.mesh.abstract_mesh):  # activations' row constraints
+            out = fn(params, *inputs)
+    return jax.tree.map(lambda x: np.asarray(x)[:n], jax.device_get(out))

@@ -214,15 +214,14 @@ def reward_spec(config) -> pipeline_lib.RewardSpec:
 
 
 def with_layout(setup: Setup, layout: layout_lib.Layout | None) -> Setup:
-    """`setup` on the meshes of `layout`: every judge model (outcome RM, PRM, generative verifier) with its params
-    sharded on the judges' mesh (`Layout.judges`, `config.mesh.judges`) and scoring there; unchanged judges without
-    a layout (one device). The critique judge (kind "critique") samples on the default device: not placed."""
+    """`setup` on the meshes of `layout`: every judge model (outcome RM, PRM, generative verifier of either kind) with
+    its params sharded on the judges' mesh (`Layout.judges`, `config.mesh.judges`) and scoring there; unchanged
+    judges without a layout (one device)."""
     if layout is None:
         return setup
     judges = layout.judges
-    verifier = setup.verifier.placed(judges) if isinstance(setup.verifier, generative_lib.Verifier) else setup.verifier
     return dataclasses.replace(
-        setup, layout=layout, verifier=verifier,
+        setup, layout=layout, verifier=setup.verifier.placed(judges) if setup.verifier else None,
         reward_model=setup.reward_model.placed(judges) if setup.reward_model else None,
         step_reward_model=setup.step_reward_model.placed(judges) if setup.step_reward_model else None)
 

@@ -35,12 +35,14 @@ ground truth — the set RFT keeps from a judge's samples. Departures from the p
 judge after RFT; no meta-RM (all k samples vote); principles are the problem's operations, not generated free text;
 the scores are pointwise on one response (the paper scores n responses of a query together); the critique is in the
 task's 16-character alphabet. Scoring (`CritiqueVerifier`) prefills the N judge texts once and forks each into its k
-rows (`sampling.generate`'s `prompt_index`): one jitted sampling call for the N·k critiques and one transfer back.
+rows (`sampling.generate`'s `prompt_index`): one jitted sampling call for the N·k critiques and one transfer back,
+on the judges' mesh on several devices (`config.mesh.judges`, `parallel.judges`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Sequence
 
@@ -49,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl4llm import sampling
+from rl4llm.parallel import judges
 from rl4llm.rewards import arithmetic as arithmetic_rewards
 from rl4llm.verifiers import generative
 
@@ -110,16 +113,34 @@ def vote_verdict(votes: np.ndarray, k: int) -> np.ndarray:
 # ------------------------------------------------------------------------------ sampling critiques
 
 
+@functools.lru_cache(maxsize=None)
+def _make_critique_fn(cfg, sampling_cfg: sampling.SamplingConfig, samples: int):
+    """Jitted `(params, tokens [N, W], mask [N, W], key) -> (tokens, mask, finished)` of the N·k critiques, each
+    [N, k, ...] (text n's k samples): one `sampling.generate`, each text prefilled once and forked to its k rows."""
+
+    def critiques(params, tokens, mask, key):
+        n = tokens.shape[0]
+        rollout = sampling.generate(cfg, params, tokens, mask, key, sampling_cfg,
+                                    prompt_index=jnp.repeat(jnp.arange(n, dtype=jnp.int32), samples))
+        per_text = lambda x: x.reshape(n, samples, *x.shape[1:])  # noqa: E731
+        return tuple(map(per_text, (rollout.completion_tokens, rollout.completion_mask, rollout.finished)))
+
+    return jax.jit(critiques)
+
+
 def sample_critiques(cfg, params, tokenizer, tokens: np.ndarray, mask: np.ndarray, samples: int,
-                     sampling_cfg: sampling.SamplingConfig, key) -> tuple[list[str], np.ndarray, np.ndarray]:
+                     sampling_cfg: sampling.SamplingConfig, key, placement: judges.JudgePlacement | None = None
+                     ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """k = `samples` critiques of each of the N left-padded judge texts `tokens` / `mask` [N, W]: one jitted
     `sampling.generate` (each text prefilled once, forked to its k rows; row n·k + j is text n's j-th sample,
-    drawn with key fold_in(key, n·k + j)) and one transfer. -> (texts [N·k] without the stop token, finished [N·k]
-    bool (stopped within max_new_tokens), lengths [N·k] int)."""
-    n = tokens.shape[0]
-    rollout = sampling.generate(cfg, params, jnp.asarray(tokens), jnp.asarray(mask), key, sampling_cfg,
-                                prompt_index=jnp.repeat(jnp.arange(n, dtype=jnp.int32), samples))
-    out, out_mask, finished = jax.device_get((rollout.completion_tokens, rollout.completion_mask, rollout.finished))
+    drawn with key fold_in(key, n·k + j)) and one transfer, on the judges' mesh with a `placement` (`params` placed
+    there, `parallel.judges`: the texts' rows split over its batch axes, padded with empty texts whose critiques
+    are dropped). -> (texts [N·k] without the stop token, finished [N·k] bool (stopped within max_new_tokens),
+    lengths [N·k] int)."""
+    key = key if placement is None else placement.replicate(key)
+    fn = functools.partial(_make_critique_fn(cfg, sampling_cfg, samples), key=key)
+    out, out_mask, finished = (x.reshape(-1, *x.shape[2:]) for x in judges.score_rows(placement, fn, params, tokens,
+                                                                                      mask))
     stops = set(sampling_cfg.stop_token_ids)
     texts = [tokenizer.decode([int(t) for t in row[m] if t not in stops]) for row, m in zip(out, out_mask)]
     return texts, np.asarray(finished, bool), out_mask.sum(-1)
@@ -166,6 +187,7 @@ class CritiqueVerifier:
     max_length: int
     samples: int
     sampling_cfg: sampling.SamplingConfig
+    placement: judges.JudgePlacement | None = None  # None: the default device, unsharded
 
     @classmethod
     def from_config(cls, section, run_tokenizer, alphabet: str, *, dtype: str = "float32",
@@ -183,6 +205,10 @@ class CritiqueVerifier:
                                                pad_id=tokenizer.pad_id)
         return cls(cfg, params, tokenizer, pieces, section.max_length, section.samples, sampling_cfg)
 
+    def placed(self, placement: judges.JudgePlacement) -> "CritiqueVerifier":
+        """This judge with its params sharded on `placement`'s mesh, sampling its critiques there."""
+        return dataclasses.replace(self, params=placement.place_params(self.params, self.cfg), placement=placement)
+
     def encode(self, questions, references, completions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Left-padded judge tokens [N, W], mask [N, W] and the rows cut to max_length [N] (`generative`'s)."""
         return generative.encode_judge_texts(self.tokenizer, self.pieces, questions, references, completions,
@@ -193,7 +219,7 @@ class CritiqueVerifier:
         temperature 0)."""
         tokens, mask, truncated = self.encode(questions, references, completions)
         texts, finished, lengths = sample_critiques(self.cfg, self.params, self.tokenizer, tokens, mask,
-                                                    self.samples, self.sampling_cfg, key)
+                                                    self.samples, self.sampling_cfg, key, self.placement)
         return read_critiques(texts, finished, lengths, mask.any(-1), truncated, self.samples)
 
 
