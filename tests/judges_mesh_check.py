@@ -1,14 +1,15 @@
 """Run under XLA_FLAGS=--xla_force_host_platform_device_count=8 (see test_judges_mesh.py): the outcome RM's scores,
 the PRM's step scores, the generative verifier's P(Yes) and its sampled critiques (texts, finished, lengths) on the
-judges' mesh of `config.mesh.judges` — shared
-(the learner's (2, 2, 2) mesh) and disaggregated (the last 2 devices, fsdp or tensor, with and without a
-disaggregated sampler) — equal the unplaced scores; their weights are sharded on the judges' devices; the configs it
-cannot serve are refused naming the field. Exits non-zero on a mismatch; prints OK."""
+judges' mesh of `config.mesh.judges` — shared (the learner's (2, 2, 2) mesh) and disaggregated (the last 2 devices,
+fsdp or tensor, with and without a disaggregated sampler) — equal the unplaced scores; their weights are sharded on
+the judges' devices; the co-trained RM (Cooper) is sharded with the learner's state; the configs it cannot serve are
+refused naming the field. Exits non-zero on a mismatch; prints OK."""
 
 import tempfile
 
 import jax
 import numpy as np
+import optax
 
 from configs import default
 from rl4llm import config as config_lib
@@ -86,8 +87,7 @@ def mesh_config(**fields):
     return mesh
 
 
-def check_placements():
-    judges, inputs = judges_and_inputs()
+def check_placements(judges, inputs):
     expected = {name: scores(judge, *inputs) for name, judge in judges.items()}
     for mesh_name, (fields, devices) in MESHES.items():
         meshes = mesh_lib.meshes_from_config(mesh_config(**fields))
@@ -105,6 +105,19 @@ def check_placements():
             if not matches(got, expected[name]):
                 raise SystemExit(f"{mesh_name}, {name}: {got} != {expected[name]}")
         print(mesh_name, "scores match", flush=True)
+
+
+def check_co_trained_rm_is_sharded_with_the_state(params):
+    """Cooper's RM (`TrainState.extras["reward_model"]`: params and AdamW moments) gets the policy's shardings on the
+    learner's mesh, like the rest of the state (`rules.tree_shardings` matches each leaf's key path's end)."""
+    state = {"extras": {"reward_model": rm.init_state(params, optax.adamw(1e-3))}}
+    layout = layout_lib.Layout(mesh_lib.meshes_from_config(mesh_config(**MESHES["shared (2,2,2)"][0])), CFG)
+    shardings = layout.state_shardings(state)["extras"]["reward_model"]
+    mu = shardings.opt_state[0].mu
+    for sharding in (shardings.params["trunk"]["layers"][0]["mlp"]["gate_proj"]["kernel"],
+                     mu["trunk"]["layers"][0]["mlp"]["gate_proj"]["kernel"], shardings.params["trunk"]["embed"]):
+        assert not sharding.is_fully_replicated and sharding.mesh == layout.meshes.learner, sharding
+    print("co-trained RM sharded with the state", flush=True)
 
 
 def refused(expected: str, **overrides) -> None:
@@ -136,6 +149,8 @@ def check_bad_configs():
 
 if __name__ == "__main__":
     assert jax.device_count() == 8, jax.devices()
-    check_placements()
+    judges, inputs = judges_and_inputs()
+    check_placements(judges, inputs)
+    check_co_trained_rm_is_sharded_with_the_state(judges["outcome RM"].params)
     check_bad_configs()
     print("OK")
