@@ -1,7 +1,7 @@
 """Run under XLA_FLAGS=--xla_force_host_platform_device_count=8 (see test_judges_mesh.py): the outcome RM's scores,
 the PRM's step scores, the generative verifier's P(Yes) and its sampled critiques (texts, finished, lengths) on the
-judges' mesh of `config.mesh.judges` — shared (the learner's (2, 2, 2) mesh) and disaggregated (the last 2 devices,
-fsdp or tensor, with and without a disaggregated sampler) — equal the unplaced scores; their weights are sharded on
+judges' mesh of `config.mesh.judges` — shared (the learner's (2, 2, 2) mesh) and disaggregated (4 devices,
+fsdp 2 x tensor 2, beside a disaggregated sampler) — equal the unplaced scores; their weights are sharded on
 the judges' devices; the co-trained RM (Cooper) is sharded with the learner's state; the configs it cannot serve are
 refused naming the field. Exits non-zero on a mismatch; prints OK."""
 
@@ -30,11 +30,9 @@ N, L, T = 6, 14, 6  # 6 rows: not a multiple of the 4 row shards of (2, 2, 2), s
 # name -> (config.mesh fields, the judges' devices)
 MESHES = {
     "shared (2,2,2)": ({"data": 2, "fsdp": 2, "tensor": 2}, range(8)),
-    "disaggregated fsdp 2": ({"judges": "disaggregated", "judge_devices": 2, "judge_data": 1, "judge_fsdp": 2},
-                             range(6, 8)),
-    "disaggregated tensor 2, sampler disaggregated": (
-        {"judges": "disaggregated", "judge_devices": 2, "judge_data": 1, "judge_tensor": 2,
-         "sampler": "disaggregated", "sampler_devices": 2}, range(4, 6)),
+    "disaggregated (1,2,2) beside a disaggregated sampler": (
+        {"judges": "disaggregated", "judge_devices": 4, "judge_data": 1, "judge_fsdp": 2, "judge_tensor": 2,
+         "sampler": "disaggregated", "sampler_devices": 2}, range(2, 6)),
 }
 
 

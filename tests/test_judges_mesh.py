@@ -23,7 +23,7 @@ def _run_check(script: str, *args: str) -> str:
 
 def test_judges_score_alike_on_shared_and_disaggregated_meshes_and_are_sharded():
     out = _run_check("judges_mesh_check.py")
-    assert "disaggregated tensor 2, sampler disaggregated scores match" in out and "bad configs refused" in out
+    assert "disaggregated (1,2,2) beside a disaggregated sampler scores match" in out and "bad configs refused" in out
 
 
 def test_an_rl_job_scores_with_an_rm_disaggregated_on_2_of_8_devices(tmp_path):
