@@ -1,15 +1,15 @@
 """Where the judge models of a run score: the outcome RM (`reward_model.Scorer`), the learned PRM
 (`process_reward_model.Scorer`), the generative verifier's P(Yes) (`verifiers.generative.Verifier`) and its sampled
-critiques (`verifiers.critique.CritiqueVerifier`), placed on the
-judges' mesh of `config.mesh.judges` (`mesh.Meshes.judges`: the learner's mesh, or a disaggregated slice of the
-devices).
+critiques (`verifiers.critique.CritiqueVerifier`), placed on the judges' mesh of `config.mesh.judges`
+(`mesh.Meshes.judges`: the learner's mesh, or a disaggregated slice of the devices).
 
 On that mesh a judge's params are sharded by the policy's logical-axis rules (`rules.tree_shardings` with the judge's
 own ModelConfig: fsdp splits every weight's width, tensor the heads / MLP / vocabulary), and a scored batch's rows
 are split over its batch axes (data x fsdp), and so are the decoder's activations (`models.sharding.constrain_rows`
 under the judges' mesh: FSDP gathers the weights, the residual stream stays split by rows). A batch whose rows do not
-divide the shards is padded with empty rows (mask 0) and the padding dropped on the host. Scoring is ONE jitted call per batch and ONE
-transfer of the scores to the host (`score_rows`); without a placement (one device) the call is the unplaced one.
+divide the shards is padded with empty rows (mask 0) and the padding dropped on the host. Scoring is ONE jitted call
+per batch and ONE transfer of the scores to the host (`score_rows`); without a placement (one device) the call is
+the unplaced one.
 Issue 22: "a reward-model role ... on its own mesh (or a slice of the policy's), batched scoring in the RL step
 without a host round trip per sample".
 """
@@ -62,13 +62,14 @@ class JudgePlacement:
 
 def score_rows(placement: JudgePlacement | None, fn: Callable, params: Any, *rows) -> Any:
     """`fn(params, *rows)` (a jitted judge: rows [N, ...] -> a tree of [N, ...] scores) as host arrays: one call, one
-    transfer. With a placement the rows are placed on the judges' mesh (`JudgePlacement.place_rows`) and the padding
-    dropped; `params` must already sit there (`place_params`)."""
+    transfer. With a placement the rows are placed on the judges' mesh (`JudgePlacement.place_rows`), the scores
+    replicated there (so every process of a multi-host mesh can read them, as the sampler's rollouts:
+    `layout.Layout.generate`) and the padding dropped; `params` must already sit there (`place_params`)."""
     n = np.shape(rows[0])[0]
     if placement is None:
         out = fn(params, *(jnp.asarray(x) for x in rows))
     else:
         inputs = placement.place_rows(rows)
         with jax.sharding.use_abstract_mesh(placement.mesh.abstract_mesh):  # activations' row constraints
-            out = fn(params, *inputs)
+            out = placement.replicate(fn(params, *inputs))  # readable on the host by every process
     return jax.tree.map(lambda x: np.asarray(x)[:n], jax.device_get(out))
