@@ -1,14 +1,19 @@
-"""Run under XLA_FLAGS=--xla_force_host_platform_device_count=8 (see test_judges_mesh.py): the outcome RM's scores,
-the PRM's step scores, the generative verifier's P(Yes) and its sampled critiques (texts, finished, lengths) on the
-judges' mesh of `config.mesh.judges` — shared (the learner's (2, 2, 2) mesh) and disaggregated (4 devices,
-fsdp 2 x tensor 2, beside a disaggregated sampler) — equal the unplaced scores; their weights are sharded on
-the judges' devices; the co-trained RM (Cooper) is sharded with the learner's state; the configs it cannot serve are
-refused naming the field. Exits non-zero on a mismatch; prints OK."""
+"""Run under XLA_FLAGS=--xla_force_host_platform_device_count=8 with a work directory (see test_judges_mesh.py): the
+outcome RM's scores, the PRM's step scores, the generative verifier's P(Yes) and its sampled critiques (texts,
+finished, lengths) on the judges' mesh of `config.mesh.judges` — shared (the learner's (2, 2, 2) mesh) and
+disaggregated (4 devices, fsdp 2 x tensor 2, beside a disaggregated sampler) — equal the unplaced scores; their
+weights are sharded on the judges' devices; the co-trained RM (Cooper) is sharded with the learner's state; the
+configs it cannot serve are refused naming the field; a nano RL job with its RM disaggregated on the last 2 devices
+logs `reward_model/score_mean`. Exits non-zero on a failure; prints OK."""
 
+import math
+import pathlib
+import sys
 import tempfile
 
 import jax
 import numpy as np
+import jax.numpy as jnp
 import optax
 
 from configs import default
@@ -21,8 +26,12 @@ from rl4llm.data import arithmetic
 from rl4llm.parallel import layout as layout_lib
 from rl4llm.parallel import mesh as mesh_lib
 from rl4llm.tokenizers import sentencepiece_tokenizer
+from rl4llm.train import job
+from rl4llm.train import metrics as metrics_lib
+from rl4llm.train import single_turn
 from rl4llm.verifiers import critique
 from rl4llm.verifiers import generative
+from tests.test_reward_model_rl import nano_job, write_rm
 
 CFG = models.get_config("nano", vocab_size=24, num_heads=4, num_kv_heads=2)
 N, L, T = 6, 14, 6  # 6 rows: not a multiple of the 4 row shards of (2, 2, 2), so the padding is exercised
@@ -145,10 +154,33 @@ def check_bad_configs():
     print("bad configs refused", flush=True)
 
 
+def check_rl_job(workdir: pathlib.Path):
+    """A nano RL job whose outcome RM is disaggregated on the last 2 of the 8 devices (fsdp 2; the learner and the
+    sampler on the other 6) places the RM there and runs 2 RL steps that log `reward_model/score_mean`."""
+    write_rm(workdir / "job", str(workdir / "rm"), lambda cfg: {
+        "kernel": jax.random.normal(jax.random.key(1), (cfg.hidden_size,)), "bias": jnp.asarray(0.0)})
+    config = nano_job(str(workdir / "rm"), mode="add", weight=0.5)
+    config.rl.num_prompts, config.sft.batch_size = 3, 12  # 12 rows: a multiple of the learner's 6 devices
+    config.mesh.update({"judges": "disaggregated", "judge_devices": 2, "judge_data": 1, "judge_fsdp": 2})
+    setup = single_turn.build_setup(config_lib.parse(config), str(workdir / "job"))
+    kernel = setup.reward_model.params["trunk"]["layers"][0]["mlp"]["gate_proj"]["kernel"]
+    assert kernel.sharding.device_set == set(jax.devices()[6:]) and not kernel.sharding.is_fully_replicated, (
+        kernel.sharding)
+    assert math.prod(setup.layout.meshes.learner.devices.shape) == 6
+    job.run(config, str(workdir / "job"))
+    records = [r for r in metrics_lib.read_metrics(str(workdir / "job"), "rl") if "reward" in r]
+    assert [r["step"] for r in records] == [1, 2], records
+    for r in records:
+        assert r["reward_model/score_std"] > 1e-3, r  # the scores depend on the completion
+        assert abs(r["reward"] - (r["reward/exact_answer"] + 0.5 * r["reward_model/score_mean"])) < 1e-5, r
+    print("RL job: reward_model/score_mean", [round(r["reward_model/score_mean"], 4) for r in records], flush=True)
+
+
 if __name__ == "__main__":
     assert jax.device_count() == 8, jax.devices()
     judges, inputs = judges_and_inputs()
     check_placements(judges, inputs)
     check_co_trained_rm_is_sharded_with_the_state(judges["outcome RM"].params)
     check_bad_configs()
+    check_rl_job(pathlib.Path(sys.argv[1]))
     print("OK")
