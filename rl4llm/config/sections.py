@@ -367,9 +367,10 @@ class Relift:
 
 @_section
 class Teacher:
-    """A stronger model whose samples are the off-policy traces of `rl.off_policy_traces` (LUFFY's guidance from a
-    teacher, `rl4llm.train.teacher`) in place of the task's reference solutions: each step, k completions of every
-    prompt drawn from it, decoded to text and re-encoded with the policy's tokenizer (so any tokenizer will do)."""
+    """Where the off-policy traces of `rl.off_policy_traces` come from in place of the task's reference solutions
+    (LUFFY's guidance, `rl4llm.train.teacher`): a stronger model, each step k completions of every prompt drawn from
+    it, decoded to text and re-encoded with the policy's tokenizer (so any tokenizer will do); or a file of trace
+    texts (`traces_path`, format in `rl4llm.data.trace_file`), k drawn per prompt each step and re-encoded likewise."""
 
     checkpoint: str = param("", "an rl4llm run's workdir: its newest RL checkpoint, else its SFT one; '' = none",
                             Satisfies(lambda v: not v or os.path.isdir(v), "not a directory"))
@@ -377,6 +378,10 @@ class Teacher:
                                Satisfies(lambda v: not v or os.path.isdir(v), "not a directory"))
     temperature: float = param(1.0, "the teacher's sampling temperature (0: greedy, k equal traces)",
                                Between(0.0, 100.0))
+    traces_path: str = param("", "or a JSONL file of traces, {\"prompt\": <the rendered prompt>, \"traces\": "
+                             "[<completion>, ...]} a line (rl4llm.data.trace_file); '' = none",
+                             Satisfies(lambda v: not v or (os.path.isfile(v) and os.access(v, os.R_OK)),
+                                       "not a readable file"))
 
 
 PREFERENCE_LOSSES = ("none", "dpo", "cpl", "p3o", "dmpo", "sdpo")  # rl4llm.train.preference_step

@@ -28,8 +28,8 @@ from rl4llm.verifiers import critique as critique_lib
 from rl4llm.verifiers import generative as generative_lib
 
 # The teacher's stream of the generation key (config.teacher): its traces are drawn independently of the rollouts;
-# the critique judge's (config.generative_verifier.kind="critique") likewise.
-_TEACHER_STREAM, _VERIFIER_STREAM = 4000, 4001
+# the critique judge's (config.generative_verifier.kind="critique") and the traces file's (teacher.traces_path) likewise.
+_TEACHER_STREAM, _VERIFIER_STREAM, _TRACE_FILE_STREAM = 4000, 4001, 4002
 
 
 def step_prompts(config, setup: Setup, step: int):
@@ -214,7 +214,8 @@ def search_verifier(config, setup: Setup, prompt_tokens, prompt_mask, prompts, a
 def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes, traces=None, greedy=False,
                   *, entropy_stats=None, solutions=None, reward_model_params=None, quality_head=None):
     """`counts[i]` completions of each prompt `prompts[i]` (in order), then its off-policy `traces[i]` (texts; None:
-    none, `with_traces`), all scored against `answers[i]` in one call with `prefixes[i]` scored before each
+    none, `with_traces`; with a traces file as many drawn from it, or none and traces[i] more sampled rows:
+    `teacher.file_traces`), all scored against `answers[i]` in one call with `prefixes[i]` scored before each
     completion; `greedy`: decoded greedily (the evaluation's sampling config) instead of at the rollout's, which
     reads HAPO's `entropy_stats` with an adaptive temperature (`temperature_metrics`); `solutions[i]`: the
     example's reference solution, carried by its rows (`Rows.solutions`, ReLIFT), or None; `reward_model_params`:
@@ -224,6 +225,10 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     counts = np.asarray(counts)
     prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
     sampler_metrics = {}
+    if traces is not None and setup.file_traces is not None:  # the file's traces; a prompt without: all sampled
+        counts, traces, sampler_metrics = teacher_lib.file_traces(setup.file_traces, prompts, counts,
+                                                                  [len(t) for t in traces],
+                                                                  jax.random.fold_in(key, _TRACE_FILE_STREAM))
     sampling_cfg = setup.eval_spec.greedy if greedy else setup.rollout_cfg
     if config.tree.enabled:  # each group is one tree of counts[i] = M(1 + LNT) paths (validation)
         completions, sampler_metrics = completions_lib.tree_completions(config, setup, params, prompt_tokens, prompt_mask, key)
