@@ -10,7 +10,7 @@ rl.steps) of `--workdir`'s config (`<workdir>/config.json`: task, seed, selectio
 seed finds each of them. `--source=reference`: one record per prompt, its reference solution as the one trace (the
 same rows as `rl.off_policy_traces` alone). `--source=samples`: the workdir's checkpoint (`--stage`; newest RL, else
 SFT) samples `--samples` completions of each prompt at the run's rollout settings, scored by the run's reward
-pipeline; those with main reward >= `--min_reward` are kept (a prompt with none is left out).
+pipeline; those that finished with main reward >= `--min_reward` are kept (a prompt with none is left out).
 """
 
 from absl import app
@@ -36,7 +36,7 @@ def training_examples(config, setup, steps: int) -> list:
 
 def sampled_records(config, setup, params, examples, samples: int, min_reward: float, seed: int) -> list[dict]:
     """`samples` completions of each example by `params` at the run's rollout settings (one sampler call), scored by
-    the run's reward pipeline, kept when their main reward >= `min_reward` (`trace_file.sample_records`)."""
+    the run's reward pipeline, kept when finished with main reward >= `min_reward` (`trace_file.sample_records`)."""
     import jax
     import numpy as np
 
@@ -55,8 +55,9 @@ def sampled_records(config, setup, params, examples, samples: int, min_reward: f
                           drawn["completion_mask"], [prompts[i] for i in group], [examples[i].answer for i in group],
                           group)[1]
     texts = batches.decode_completions(setup.tokenizer, drawn["completion_tokens"], drawn["completion_mask"])
-    return trace_file.sample_records(prompts, [texts[i * samples:(i + 1) * samples] for i in range(len(examples))],
-                                     np.asarray(main).reshape(len(examples), samples), min_reward)
+    shape = (len(examples), samples)
+    return trace_file.sample_records(prompts, np.asarray(texts, object).reshape(shape).tolist(),
+                                     np.asarray(main).reshape(shape), drawn["finished"].reshape(shape), min_reward)
 
 
 def main(argv):

@@ -153,9 +153,10 @@ def test_bad_traces_files_fail_at_startup_naming_the_field_and_the_line(tmp_path
 
 
 def test_sampled_completions_become_records_of_the_rewarded_ones(tmp_path):
-    records = trace_file.sample_records(["a=", "b="], [["1", "2", "3"], ["4", "5", "6"]],
-                                        [[1.0, 0.0, 1.0], [0.0, 0.5, 0.0]], min_reward=1.0)
-    assert records == [{"prompt": "a=", "traces": ["1", "3"], "rewards": [1.0, 1.0]}]
+    records = trace_file.sample_records(["a=", "b="], [["1", "2", "3", "4"], ["5", "6", "7", "8"]],
+                                        [[1.0, 0.0, 1.0, 1.0], [0.0, 0.5, 0.0, 1.0]],
+                                        [[True, True, True, False], [True, True, True, False]], min_reward=1.0)
+    assert records == [{"prompt": "a=", "traces": ["1", "3"], "rewards": [1.0, 1.0]}]  # "4", "8": unfinished
     path = str(tmp_path / "samples.jsonl")
     trace_file.write(path, records)
     assert trace_file.index(trace_file.read(path)) == {"a=": ("1", "3")}

@@ -202,8 +202,9 @@ class RL:
     async_rollouts: bool = param(False, "generate the next batches in a background thread (needs tis_cap > 0)",
                                  Boolean())
     max_staleness: int = param(1, "async: most RL steps between the generating and the learning params", AtLeast(1))
-    off_policy_traces: int = param(0, "k of each group's rows are the task's reference solution, off-policy "
-                                   "(LUFFY; needs a loss taking off_policy_mask); 0: all sampled", AtLeast(0))
+    off_policy_traces: int = param(0, "k of each group's rows are the task's reference solution (or config.teacher's "
+                                   "traces), off-policy (LUFFY; needs a loss taking off_policy_mask); 0: all sampled",
+                                   AtLeast(0))
     ppo_epochs: int = param(1, "passes over each rollout batch", AtLeast(1))
     num_minibatches: int = param(1, "optimizer updates per pass", AtLeast(1))
     micro_batch_size: int = param(0, "0: the whole minibatch at once; else gradient accumulation", AtLeast(0))

@@ -107,12 +107,13 @@ def reference_records(examples: Iterable) -> list[dict]:
 
 
 def sample_records(prompts: Sequence[str], texts: Sequence[Sequence[str]], rewards: Sequence[Sequence[float]],
-                   min_reward: float) -> list[dict]:
-    """A traces file's records of sampled completions: for each prompt its `texts` with a reward >= `min_reward`
-    (their rewards kept beside them); a prompt with none is left out."""
+                   finished: Sequence[Sequence[bool]], min_reward: float) -> list[dict]:
+    """A traces file's records of sampled completions: for each prompt its `texts` that finished (stopped before the
+    budget: re-encoded with eos, an unfinished one would not fit) with a reward >= `min_reward`, their rewards kept
+    beside them; a prompt with none is left out."""
     records = []
-    for prompt, group, scores in zip(prompts, texts, rewards):
-        kept = [(t, float(r)) for t, r in zip(group, scores) if r >= min_reward]
+    for prompt, group, scores, stopped in zip(prompts, texts, rewards, finished):
+        kept = [(t, float(r)) for t, r, f in zip(group, scores, stopped) if f and r >= min_reward]
         if kept:
             records.append({"prompt": prompt, "traces": [t for t, _ in kept], "rewards": [r for _, r in kept]})
     return records
