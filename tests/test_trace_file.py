@@ -81,7 +81,8 @@ def test_a_prompt_without_traces_gets_an_all_sampled_group(tmp_path):
     """Three prompts, the file holding three traces of the first, one of the second, none of the third: with
     k = 2 asked of each, groups of 4 are (2 sampled, 2 of the first's traces, distinct), (2 sampled, the second's
     trace twice), (4 sampled); coverage 2/3. The draw is a pure function of the key (so a resumed run draws what the
-    uninterrupted one did: nothing to checkpoint), and another key permutes differently."""
+    uninterrupted one did: nothing to checkpoint), and another key permutes differently. `export_traces` keeps the
+    finished samples of the step's prompts above a reward (none above the maximum)."""
     c = tiny_config(loss="luffy", off_policy_traces=2)
     examples = _step_examples(config_lib.parse(c), 3)
     first = [examples[0].solution, "1+1=2;#2", "2+2=4;#4"]
@@ -97,7 +98,12 @@ def test_a_prompt_without_traces_gets_an_all_sampled_group(tmp_path):
     prompts, key = [e.prompt for e in examples], jax.random.key(3)
     rows, metrics = rollouts.generate_rows(config, setup, params, prompts, [e.answer for e in examples],
                                            np.full(3, 2), key, [""] * 3, [[e.solution] * 2 for e in examples])
+    sampled = export_traces.sampled_records(config, setup, params, examples, 4, min_reward=0.0, seed=0)
+    assert export_traces.sampled_records(config, setup, params, examples, 4, min_reward=2.0, seed=0) == []
     setup.rewards.close()
+    assert 0 < len(sampled) <= 3 and all(r["prompt"] in prompts and 1 <= len(r["traces"]) <= 4 for r in sampled)
+    for r in sampled:  # a finished sample re-encodes within the budget, so the file loads
+        assert all(len(setup.tokenizer.encode(t)) < config.sampling.max_new_tokens for t in r["traces"])
     assert metrics["off_policy/file_coverage"] == 2 / 3
     np.testing.assert_array_equal(rows.off_policy, [0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0])
     assert len(rows.scores) == 12 and np.all(rows.logprobs[rows.off_policy] == 0.0)
