@@ -146,16 +146,26 @@ def test_bad_traces_files_fail_at_startup_naming_the_field_and_the_line(tmp_path
     setup.rewards.close()
 
     for fields, expected in (
-            ({"teacher.traces_path": str(tmp_path / "missing.jsonl")}, "config.teacher.traces_path"),
+            ({"teacher.traces_path": str(tmp_path / "missing.jsonl")}, "not a readable file"),
             ({"teacher.checkpoint": str(tmp_path)}, "the traces come from the file or from the teacher model"),
-            ({"rl.off_policy_traces": 0, "rl.loss": "luffy"}, "it gives the off-policy traces; set "
-                                                              "config.rl.off_policy_traces >= 1")):
-            bad = tiny_config(loss="luffy", off_policy_traces=1)
-            bad.teacher.traces_path = str(tmp_path / "good.jsonl")
-            bad.update_from_flattened_dict(fields)
-            with pytest.raises(config_lib.ConfigError, match="config.teacher.traces_path") as e:
-                config_lib.parse(bad)
-            assert expected in str(e.value), str(e.value)
+            ({"rl.off_policy_traces": 0}, "it gives the off-policy traces; set config.rl.off_policy_traces >= 1")):
+        bad = tiny_config(loss="luffy", off_policy_traces=1)
+        bad.teacher.traces_path = str(tmp_path / "good.jsonl")
+        bad.update_from_flattened_dict(fields)
+        with pytest.raises(config_lib.ConfigError, match="config.teacher.traces_path") as e:
+            config_lib.parse(bad)
+        assert expected in str(e.value), str(e.value)
+
+
+def test_a_local_task_without_reference_solutions_takes_its_traces_from_the_file(tmp_path):
+    c = tiny_config(loss="luffy", off_policy_traces=1)
+    c.task.name = "local"
+    c.task.local.train_path = _write_lines(tmp_path / "train.jsonl", [json.dumps({"question": "1+1?", "answer": "2"})])
+    c.task.local.solution_field = ""
+    with pytest.raises(config_lib.ConfigError, match="solution_field='' gives no reference solutions"):
+        config_lib.parse(c)
+    c.teacher.traces_path = _write_lines(tmp_path / "traces.jsonl", [json.dumps({"prompt": "1+1?", "traces": ["2"]})])
+    assert config_lib.parse(c).teacher.traces_path == c.teacher.traces_path
 
 
 def test_sampled_completions_become_records_of_the_rewarded_ones(tmp_path):
