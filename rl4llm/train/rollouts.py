@@ -224,11 +224,11 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     -> (`prompt_selection.Rows` [sum(counts) + traces], reward metrics)."""
     counts = np.asarray(counts)
     prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
-    sampler_metrics = {}
+    sampler_metrics, file_metrics = {}, {}
     if traces is not None and setup.file_traces is not None:  # the file's traces; a prompt without: all sampled
-        counts, traces, sampler_metrics = teacher_lib.file_traces(setup.file_traces, prompts, counts,
-                                                                  [len(t) for t in traces],
-                                                                  jax.random.fold_in(key, _TRACE_FILE_STREAM))
+        counts, traces, file_metrics = teacher_lib.file_traces(setup.file_traces, prompts, counts,
+                                                               [len(t) for t in traces],
+                                                               jax.random.fold_in(key, _TRACE_FILE_STREAM))
     sampling_cfg = setup.eval_spec.greedy if greedy else setup.rollout_cfg
     if config.tree.enabled:  # each group is one tree of counts[i] = M(1 + LNT) paths (validation)
         completions, sampler_metrics = completions_lib.tree_completions(config, setup, params, prompt_tokens, prompt_mask, key)
@@ -268,7 +268,7 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
         solutions=None if solutions is None else np.repeat(np.asarray(solutions, object), sizes),
         **process,
     )
-    return rows, {**reward_metrics, **sampler_metrics}
+    return rows, {**reward_metrics, **sampler_metrics, **file_metrics}
 
 
 def check_prompt_groups(rows: prompt_selection.Rows, group_ids: np.ndarray, prompt_group: int) -> None:
