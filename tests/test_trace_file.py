@@ -1,6 +1,5 @@
 """Off-policy traces from a file (`config.teacher.traces_path`, `rl4llm.data.trace_file`, `train.teacher.file_traces`):
-a file of exactly the reference solutions trains bit-identically to `rl.off_policy_traces` alone (and resumes
-exactly); a prompt the file lacks gets an all-sampled group, counted in `off_policy/file_coverage`; bad files fail at
+a file of exactly the reference solutions trains bit-identically to `rl.off_policy_traces` alone; a prompt the file lacks gets an all-sampled group, counted in `off_policy/file_coverage`; bad files fail at
 startup naming the field and the line."""
 
 import json
@@ -27,7 +26,6 @@ def _luffy_config(**teacher):
     c.sft.steps = 0
     c.eval.every = 1000
     c.eval.num_examples = 4
-    c.checkpoint.every = 1
     c.teacher.update(teacher)
     return c
 
@@ -44,9 +42,10 @@ def _step_examples(config, n: int) -> list:
 
 def test_a_file_of_the_reference_solutions_trains_as_the_reference_traces(tmp_path):
     """Two nano LUFFY steps (k = 2 traces of 4 rows) with the reference solutions, and with a file holding exactly
-    them (written by `experiments.export_traces`, half its prompts re-spaced, one record of a prompt no step draws),
-    interrupted after step 1 and resumed: every logged metric (rewards, lengths, loss, weights, grad norm), the final
-    evaluation and the final params are bit-identical, and the file covered every prompt."""
+    them (written by `experiments.export_traces`, half its prompts re-spaced, one record of a prompt no step draws):
+    every logged metric (rewards, lengths, loss, weights, grad norm), the final evaluation and the final params are
+    bit-identical, and the file covered every prompt. (A resumed run draws the same traces: the draw is a function of
+    the step's key, nothing to checkpoint; `test_a_prompt_without_traces_gets_an_all_sampled_group`.)"""
     reference = str(tmp_path / "reference")
     job.run(_luffy_config(), reference)
     config = config_lib.parse(runs.load_config(reference))
@@ -61,7 +60,6 @@ def test_a_file_of_the_reference_solutions_trains_as_the_reference_traces(tmp_pa
     assert trace_file.write(path, records) == len(records)
 
     from_file = str(tmp_path / "file")
-    job.run(_luffy_config(traces_path=path), from_file, stop_after_rl_step=1)
     summary = job.run(_luffy_config(traces_path=path), from_file)
     expected, got = _rl_records(reference), _rl_records(from_file)
     assert sorted(got) == sorted(expected) == [1, 2]

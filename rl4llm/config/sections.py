@@ -567,6 +567,11 @@ class DeepSearch:
     quality: float = param(0.4, "λ1: frontier priority weight of tanh(Q_parent) (paper: 0.4)")
     uncertainty: float = param(0.0, "λ2: frontier priority weight of the node's entropy (paper: 0; 0.4 ablated)")
     depth: float = param(0.01, "λ3: frontier priority weight of sqrt(depth / max depth) (paper: 0.01)")
+    replay_path: str = param("", "the replay buffer of cached correct solutions, a traces file (rl4llm.data."
+                             "trace_file): a prompt in it is not searched, its group is direct rollouts with its "
+                             "cached solutions in the first rows (rl4llm.train.search_replay); '' = none",
+                             Satisfies(lambda v: not v or (os.path.isfile(v) and os.access(v, os.R_OK)),
+                                       "not a readable file"))
 
 
 @_section

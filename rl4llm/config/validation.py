@@ -610,8 +610,12 @@ def _deepsearch_errors(config) -> list[str]:
     ds, rl = config.deepsearch, config.rl
     reads_q = "node_q" in registry.advantage_inputs(rl.advantage)
     if not ds.enabled:
-        return [f"config.rl.advantage={rl.advantage!r}: needs DeepSearch's tree (config.deepsearch.enabled=True)"] \
+        errors = [f"config.rl.advantage={rl.advantage!r}: needs DeepSearch's tree (config.deepsearch.enabled=True)"] \
             if reads_q else []
+        if ds.replay_path:
+            errors.append(f"config.deepsearch.replay_path={ds.replay_path!r}: the replay buffer stands in for "
+                          "DeepSearch's searches; set config.deepsearch.enabled=True")
+        return errors
     errors = []
     rows = ds.expansions * ds.candidates
     if rl.num_generations != rows:

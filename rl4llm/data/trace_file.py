@@ -117,3 +117,17 @@ def sample_records(prompts: Sequence[str], texts: Sequence[Sequence[str]], rewar
         if kept:
             records.append({"prompt": prompt, "traces": [t for t, _ in kept], "rewards": [r for _, r in kept]})
     return records
+
+
+def replay_records(prompts: Sequence[str], texts: Sequence[Sequence[str]], correct: Sequence[Sequence[bool]],
+                   finished: Sequence[Sequence[bool]], max_accuracy: float) -> list[dict]:
+    """DeepSearch's replay buffer as a traces file's records (`train.search_replay`; the official
+    `register_replay_buffer.py`): a prompt whose samples are correct at a rate 0 < acc <= `max_accuracy` (official:
+    0.25) is registered with its correct samples (those that finished: re-encoded with eos they fit the budget)."""
+    records = []
+    for prompt, group, right, stopped in zip(prompts, texts, correct, finished):
+        accuracy = float(np.mean(right))
+        cached = [t for t, ok, f in zip(group, right, stopped) if ok and f]
+        if 0 < accuracy <= max_accuracy and cached:
+            records.append({"prompt": prompt, "traces": cached, "accuracy": accuracy})
+    return records

@@ -21,6 +21,7 @@ from rl4llm.train import batches
 from rl4llm.train import completions as completions_lib
 from rl4llm.train import prompt_selection
 from rl4llm.train import rows as rows_lib
+from rl4llm.train import search_replay
 from rl4llm.train import teacher as teacher_lib
 from rl4llm.train.companions import relift
 from rl4llm.train.setup import Setup
@@ -211,6 +212,17 @@ def search_verifier(config, setup: Setup, prompt_tokens, prompt_mask, prompts, a
     return correct
 
 
+def search_verifiers(config, setup: Setup, prompt_tokens, prompt_mask, prompts, answers, prefixes, counts,
+                     reward_model_params=None):
+    """`verifier_for(groups)` -> `search_verifier` of the prompts `groups` alone (the sub-batch searched, or the one
+    replayed from DeepSearch's buffer: `search_replay.search_or_replay`)."""
+    def verifier_for(groups):
+        return search_verifier(config, setup, prompt_tokens[groups], prompt_mask[groups], [prompts[i] for i in groups],
+                               [answers[i] for i in groups], [prefixes[i] for i in groups], counts[groups],
+                               reward_model_params)
+    return verifier_for
+
+
 def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes, traces=None, greedy=False,
                   *, entropy_stats=None, solutions=None, reward_model_params=None, quality_head=None):
     """`counts[i]` completions of each prompt `prompts[i]` (in order), then its off-policy `traces[i]` (texts; None:
@@ -232,11 +244,11 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     sampling_cfg = setup.eval_spec.greedy if greedy else setup.rollout_cfg
     if config.tree.enabled:  # each group is one tree of counts[i] = M(1 + LNT) paths (validation)
         completions, sampler_metrics = completions_lib.tree_completions(config, setup, params, prompt_tokens, prompt_mask, key)
-    elif config.deepsearch.enabled and not greedy:  # each group is one search tree of counts[i] = E·n nodes
-        correct = search_verifier(config, setup, prompt_tokens, prompt_mask, prompts, answers, prefixes, counts,
-                                  reward_model_params)
-        completions, sampler_metrics = completions_lib.search_completions(config, setup, params, prompt_tokens,
-                                                                          prompt_mask, key, correct)
+    elif config.deepsearch.enabled and not greedy:  # each group: one search tree of E·n nodes, or replayed
+        verifier_for = search_verifiers(config, setup, prompt_tokens, prompt_mask, prompts, answers, prefixes, counts,
+                                        reward_model_params)
+        completions, sampler_metrics = search_replay.search_or_replay(config, setup, params, prompts, prompt_tokens,
+                                                                      prompt_mask, key, verifier_for)
     elif config.pruning.enabled and not greedy:
         completions, sampler_metrics = completions_lib.pruned_completions(config, setup, params, prompt_tokens, prompt_mask, counts,
                                                           key, quality_head)

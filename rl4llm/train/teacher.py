@@ -93,15 +93,17 @@ def sample_traces(teacher: Teacher, prompts: list, counts: list, key) -> tuple[l
     return traces, finished, metrics
 
 
-def load_file_traces(config, setup) -> dict | None:
-    """{prompt key: traces} of `config.teacher.traces_path` (None when unset), checked at startup: ConfigError naming
-    the field and the line when the file is unreadable, empty or malformed, or a trace is longer than
-    `sampling.max_new_tokens` in the policy's tokens (with eos); or naming the field when none of its prompts is
-    among the run's training prompts (the first `rl.num_prompts` of each step's stream, `Selector.stream_examples`)."""
-    path = config.teacher.traces_path
+def load_file_traces(config, setup, name: str = "teacher.traces_path") -> dict | None:
+    """{prompt key: traces} of the traces file `config.<name>` (None when unset; also DeepSearch's replay buffer,
+    deepsearch.replay_path), checked at startup: ConfigError naming the field and the line when the file is
+    unreadable, empty or malformed, or a trace is longer than `sampling.max_new_tokens` in the policy's tokens (with
+    eos); or naming the field when none of its prompts is among the run's training prompts (the first
+    `rl.num_prompts` of each step's stream, `Selector.stream_examples`)."""
+    section, key = name.split(".")
+    path = getattr(getattr(config, section), key)
     if not path:
         return None
-    field = f"config.teacher.traces_path={path!r}"
+    field = f"config.{name}={path!r}"
     try:
         records = trace_file.read(path)
     except (OSError, ValueError) as e:
