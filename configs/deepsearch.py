@@ -20,8 +20,8 @@ def get_config():
     clip-higher (0.2 / 0.28), a per-node token mean (`seq-mean-token-mean`), no KL.
 
     Departures (the module docstring of `rl4llm.sampling.mcts` lists them all): fixed-length steps, no local UCT
-    among siblings (all stay in the frontier), the root re-expanded when the frontier is empty, no adaptive replay
-    buffer / cached solutions / pass@K filtering of the training set; a terminal is correct iff the task's main
+    among siblings (all stay in the frontier), the root re-expanded when the frontier is empty, no pass@K filtering
+    of the training set (the replay buffer of cached solutions is off here: config.deepsearch.replay_path); a terminal is correct iff the task's main
     reward is above 1/2; a node's inherited path tokens get advantage 0 but count in its token mean's denominator. The budgets are this codebase's scale, not the paper's (its trees
     reach ~20 steps per trajectory on DeepMath-103K with a 1.5B model). Logged every step: `deepsearch/expansions`,
     `deepsearch/generated_tokens`, `deepsearch/solved_by_search` (prompts with a correct terminal in their tree),

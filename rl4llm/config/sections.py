@@ -203,8 +203,9 @@ class RL:
     async_rollouts: bool = param(False, "generate the next batches in a background thread (needs tis_cap > 0)",
                                  Boolean())
     max_staleness: int = param(1, "async: most RL steps between the generating and the learning params", AtLeast(1))
-    off_policy_traces: int = param(0, "k of each group's rows are the task's reference solution, off-policy "
-                                   "(LUFFY; needs a loss taking off_policy_mask); 0: all sampled", AtLeast(0))
+    off_policy_traces: int = param(0, "k of each group's rows are the task's reference solution (or config.teacher's "
+                                   "traces), off-policy (LUFFY; needs a loss taking off_policy_mask); 0: all sampled",
+                                   AtLeast(0))
     ppo_epochs: int = param(1, "passes over each rollout batch", AtLeast(1))
     num_minibatches: int = param(1, "optimizer updates per pass", AtLeast(1))
     micro_batch_size: int = param(0, "0: the whole minibatch at once; else gradient accumulation", AtLeast(0))
@@ -368,9 +369,10 @@ class Relift:
 
 @_section
 class Teacher:
-    """A stronger model whose samples are the off-policy traces of `rl.off_policy_traces` (LUFFY's guidance from a
-    teacher, `rl4llm.train.teacher`) in place of the task's reference solutions: each step, k completions of every
-    prompt drawn from it, decoded to text and re-encoded with the policy's tokenizer (so any tokenizer will do)."""
+    """Where the off-policy traces of `rl.off_policy_traces` come from in place of the task's reference solutions
+    (LUFFY's guidance, `rl4llm.train.teacher`): a stronger model, each step k completions of every prompt drawn from
+    it, decoded to text and re-encoded with the policy's tokenizer (so any tokenizer will do); or a file of trace
+    texts (`traces_path`, format in `rl4llm.data.trace_file`), k drawn per prompt each step and re-encoded likewise."""
 
     checkpoint: str = param("", "an rl4llm run's workdir: its newest RL checkpoint, else its SFT one; '' = none",
                             Satisfies(lambda v: not v or os.path.isdir(v), "not a directory"))
@@ -378,6 +380,10 @@ class Teacher:
                                Satisfies(lambda v: not v or os.path.isdir(v), "not a directory"))
     temperature: float = param(1.0, "the teacher's sampling temperature (0: greedy, k equal traces)",
                                Between(0.0, 100.0))
+    traces_path: str = param("", "or a JSONL file of traces, {\"prompt\": <the rendered prompt>, \"traces\": "
+                             "[<completion>, ...]} a line (rl4llm.data.trace_file); '' = none",
+                             Satisfies(lambda v: not v or (os.path.isfile(v) and os.access(v, os.R_OK)),
+                                       "not a readable file"))
 
 
 PREFERENCE_LOSSES = ("none", "dpo", "cpl", "p3o", "dmpo", "sdpo")  # rl4llm.train.preference_step
@@ -562,6 +568,11 @@ class DeepSearch:
     quality: float = param(0.4, "λ1: frontier priority weight of tanh(Q_parent) (paper: 0.4)")
     uncertainty: float = param(0.0, "λ2: frontier priority weight of the node's entropy (paper: 0; 0.4 ablated)")
     depth: float = param(0.01, "λ3: frontier priority weight of sqrt(depth / max depth) (paper: 0.01)")
+    replay_path: str = param("", "the replay buffer of cached correct solutions, a traces file (rl4llm.data."
+                             "trace_file): a prompt in it is not searched, its group is direct rollouts with its "
+                             "cached solutions in the first rows (rl4llm.train.search_replay); '' = none",
+                             Satisfies(lambda v: not v or (os.path.isfile(v) and os.access(v, os.R_OK)),
+                                       "not a readable file"))
 
 
 @_section

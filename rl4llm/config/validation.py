@@ -554,8 +554,9 @@ def _off_policy_errors(config) -> list[str]:
                       "as the policy's rollouts)")
     if rl.tis_cap > 0:
         errors.append(f"{field}: config.rl.tis_cap={rl.tis_cap} divides by sampler log-probs, which traces do not have")
-    teacher = config.teacher.checkpoint or config.teacher.hf_checkpoint
-    if config.task.name == "local" and not config.task.local["solution_field"] and not teacher:
+    t = config.teacher
+    if config.task.name == "local" and not config.task.local["solution_field"] and not (
+            t.checkpoint or t.hf_checkpoint or t.traces_path):
         errors.append(f"{field}: config.task.local.solution_field='' gives no reference solutions to mix in (or "
                       "set config.teacher)")
     return errors
@@ -609,8 +610,12 @@ def _deepsearch_errors(config) -> list[str]:
     ds, rl = config.deepsearch, config.rl
     reads_q = "node_q" in registry.advantage_inputs(rl.advantage)
     if not ds.enabled:
-        return [f"config.rl.advantage={rl.advantage!r}: needs DeepSearch's tree (config.deepsearch.enabled=True)"] \
+        errors = [f"config.rl.advantage={rl.advantage!r}: needs DeepSearch's tree (config.deepsearch.enabled=True)"] \
             if reads_q else []
+        if ds.replay_path:
+            errors.append(f"config.deepsearch.replay_path={ds.replay_path!r}: the replay buffer stands in for "
+                          "DeepSearch's searches; set config.deepsearch.enabled=True")
+        return errors
     errors = []
     rows = ds.expansions * ds.candidates
     if rl.num_generations != rows:
@@ -730,12 +735,18 @@ def _model_source(section, name: str, role: str | None = None) -> tuple[str, str
 
 
 def _teacher_errors(config) -> list[str]:
-    """A teacher (config.teacher) samples the traces of rl.off_policy_traces, from one source."""
-    source, field, errors = _model_source(config.teacher, "teacher")
-    if not source:
+    """A teacher (config.teacher) samples the traces of rl.off_policy_traces, from one source, or a file holds them."""
+    model, field, errors = _model_source(config.teacher, "teacher")
+    path = config.teacher.traces_path
+    if path and model:
+        errors.append(f"config.teacher.traces_path={path!r} and {field}: the traces come from the file or from the "
+                      "teacher model; unset one")
+    if not model:
+        field = f"config.teacher.traces_path={path!r}"
+    if not (model or path):
         return []
     if not config.rl.off_policy_traces:
-        errors.append(f"{field}: the teacher samples the off-policy traces; set config.rl.off_policy_traces >= 1 "
+        errors.append(f"{field}: it gives the off-policy traces; set config.rl.off_policy_traces >= 1 "
                       "(and an off-policy loss, e.g. rl.loss='luffy')")
     return errors
 

@@ -28,8 +28,10 @@ path is backed up (in row order); the mean entropy H̄(t(s)) of Eq. 2 is the mea
 tokens (the paper averages per-step entropies, equal when the steps have equal lengths); Q_parent of the root's
 children is 0 (the root is never backed up) and Q(s) = q(s)/N(s) is 0 for an unvisited node; a terminal that
 reached the token budget without a stop token is verified like any other (the paper's "incomplete" gets −1; here
-the verifier decides, and it rarely accepts such text). The adaptive replay buffer, cached solutions, the
-progressive pass@K filtering of §4.1-4.2 and the removal of garbled / repetitive negatives are not built.
+the verifier decides, and it rarely accepts such text). The replay buffer with cached solutions is
+`rl4llm.train.search_replay` (config.deepsearch.replay_path: a buffered prompt is not searched; read in the
+official code, smiles724/DeepSearch, for that part only); the progressive pass@K filtering of §4.1-4.2 and the
+removal of garbled / repetitive negatives are not built.
 """
 from __future__ import annotations
 

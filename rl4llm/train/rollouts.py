@@ -21,6 +21,7 @@ from rl4llm.train import batches
 from rl4llm.train import completions as completions_lib
 from rl4llm.train import prompt_selection
 from rl4llm.train import rows as rows_lib
+from rl4llm.train import search_replay
 from rl4llm.train import teacher as teacher_lib
 from rl4llm.train.companions import relift
 from rl4llm.train.setup import Setup
@@ -28,8 +29,8 @@ from rl4llm.verifiers import critique as critique_lib
 from rl4llm.verifiers import generative as generative_lib
 
 # The teacher's stream of the generation key (config.teacher): its traces are drawn independently of the rollouts;
-# the critique judge's (config.generative_verifier.kind="critique") likewise.
-_TEACHER_STREAM, _VERIFIER_STREAM = 4000, 4001
+# the critique judge's (config.generative_verifier.kind="critique") and the traces file's (teacher.traces_path) likewise.
+_TEACHER_STREAM, _VERIFIER_STREAM, _TRACE_FILE_STREAM = 4000, 4001, 4002
 
 
 def step_prompts(config, setup: Setup, step: int):
@@ -211,10 +212,22 @@ def search_verifier(config, setup: Setup, prompt_tokens, prompt_mask, prompts, a
     return correct
 
 
+def search_verifiers(config, setup: Setup, prompt_tokens, prompt_mask, prompts, answers, prefixes, counts,
+                     reward_model_params=None):
+    """`verifier_for(groups)` -> `search_verifier` of the prompts `groups` alone (the sub-batch searched, or the one
+    replayed from DeepSearch's buffer: `search_replay.search_or_replay`)."""
+    def verifier_for(groups):
+        return search_verifier(config, setup, prompt_tokens[groups], prompt_mask[groups], [prompts[i] for i in groups],
+                               [answers[i] for i in groups], [prefixes[i] for i in groups], counts[groups],
+                               reward_model_params)
+    return verifier_for
+
+
 def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, prefixes, traces=None, greedy=False,
                   *, entropy_stats=None, solutions=None, reward_model_params=None, quality_head=None):
     """`counts[i]` completions of each prompt `prompts[i]` (in order), then its off-policy `traces[i]` (texts; None:
-    none, `with_traces`), all scored against `answers[i]` in one call with `prefixes[i]` scored before each
+    none, `with_traces`; with a traces file as many drawn from it, or none and traces[i] more sampled rows:
+    `teacher.file_traces`), all scored against `answers[i]` in one call with `prefixes[i]` scored before each
     completion; `greedy`: decoded greedily (the evaluation's sampling config) instead of at the rollout's, which
     reads HAPO's `entropy_stats` with an adaptive temperature (`temperature_metrics`); `solutions[i]`: the
     example's reference solution, carried by its rows (`Rows.solutions`, ReLIFT), or None; `reward_model_params`:
@@ -223,15 +236,19 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
     -> (`prompt_selection.Rows` [sum(counts) + traces], reward metrics)."""
     counts = np.asarray(counts)
     prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
-    sampler_metrics = {}
+    sampler_metrics, file_metrics = {}, {}
+    if traces is not None and setup.file_traces is not None:  # the file's traces; a prompt without: all sampled
+        counts, traces, file_metrics = teacher_lib.file_traces(setup.file_traces, prompts, counts,
+                                                               [len(t) for t in traces],
+                                                               jax.random.fold_in(key, _TRACE_FILE_STREAM))
     sampling_cfg = setup.eval_spec.greedy if greedy else setup.rollout_cfg
     if config.tree.enabled:  # each group is one tree of counts[i] = M(1 + LNT) paths (validation)
         completions, sampler_metrics = completions_lib.tree_completions(config, setup, params, prompt_tokens, prompt_mask, key)
-    elif config.deepsearch.enabled and not greedy:  # each group is one search tree of counts[i] = E·n nodes
-        correct = search_verifier(config, setup, prompt_tokens, prompt_mask, prompts, answers, prefixes, counts,
-                                  reward_model_params)
-        completions, sampler_metrics = completions_lib.search_completions(config, setup, params, prompt_tokens,
-                                                                          prompt_mask, key, correct)
+    elif config.deepsearch.enabled and not greedy:  # each group: one search tree of E·n nodes, or replayed
+        verifier_for = search_verifiers(config, setup, prompt_tokens, prompt_mask, prompts, answers, prefixes, counts,
+                                        reward_model_params)
+        completions, sampler_metrics = search_replay.search_or_replay(config, setup, params, prompts, prompt_tokens,
+                                                                      prompt_mask, key, verifier_for)
     elif config.pruning.enabled and not greedy:
         completions, sampler_metrics = completions_lib.pruned_completions(config, setup, params, prompt_tokens, prompt_mask, counts,
                                                           key, quality_head)
@@ -263,7 +280,7 @@ def generate_rows(config, setup: Setup, params, prompts, answers, counts, key, p
         solutions=None if solutions is None else np.repeat(np.asarray(solutions, object), sizes),
         **process,
     )
-    return rows, {**reward_metrics, **sampler_metrics}
+    return rows, {**reward_metrics, **sampler_metrics, **file_metrics}
 
 
 def check_prompt_groups(rows: prompt_selection.Rows, group_ids: np.ndarray, prompt_group: int) -> None:

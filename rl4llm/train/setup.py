@@ -54,6 +54,8 @@ class Setup:
     # a generative verifier scoring rollouts (generative_verifier: P(Yes), or sampled critiques with kind="critique")
     verifier: generative_lib.Verifier | critique_lib.CritiqueVerifier | None = None
     teacher: Any = None  # a `train.teacher.Teacher` sampling the off-policy traces (config.teacher; training runs)
+    file_traces: dict | None = None  # {prompt key: traces} of config.teacher.traces_path (`teacher.load_file_traces`)
+    search_replay: dict | None = None  # {prompt key: cached solutions} of config.deepsearch.replay_path (the same)
 
 
 def build_setup(config, workdir: str) -> Setup:

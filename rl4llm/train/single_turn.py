@@ -177,11 +177,14 @@ def useful_fraction(advantages, mask):  # [N, T] each
 
 def build_setup(config, workdir: str) -> Setup:
     """`setup.build_setup` (process 0 trains and caches the tokenizer, the others load it), on the config's meshes,
-    with the teacher that samples the off-policy traces (config.teacher)."""
+    with the teacher that samples the off-policy traces or the file that holds them (config.teacher), and
+    DeepSearch's replay buffer (config.deepsearch.replay_path)."""
     with distributed.main_process_first("task tokenizer"):
         setup = setup_lib.build_setup(config, workdir)
     setup = setup_lib.with_layout(setup, layout_lib.layout_from_config(config, setup.model_cfg))
-    return dataclasses.replace(setup, teacher=teacher_lib.load(config))
+    return dataclasses.replace(setup, teacher=teacher_lib.load(config),
+                               file_traces=teacher_lib.load_file_traces(config, setup),
+                               search_replay=teacher_lib.load_file_traces(config, setup, "deepsearch.replay_path"))
 
 
 def describe(config, setup: Setup) -> str:

@@ -14,6 +14,14 @@ sampling.max_new_tokens (or longer than that in the policy's tokens) is cut ther
 as unfinished. Departure: LUFFY's traces were filtered for correctness offline; a teacher's are not (a wrong trace
 gets its reward, and so its advantage, like any row; `off_policy/trace_reward` is logged).
 Logged: teacher/finished_frac (traces that ended with the teacher's stop token), teacher/response_length (its tokens).
+
+With `config.teacher.traces_path` the traces come from a file instead (`rl4llm.data.trace_file`: format and draw):
+`load_file_traces` reads it once at startup, `file_traces` draws each step's k traces of a prompt from the key, so the
+draws are a pure function of (seed, step, prompts) and a resumed run draws what the uninterrupted one did (no state
+to checkpoint). They are re-encoded with the policy's tokenizer and treated as the reference solutions are (+ eos,
+finished, π_b := 1). A prompt the file does not hold gets no trace: its group is G sampled rows, all on-policy
+(a different sampler shape than the k-trace groups', so a step with another covered share compiles its own program);
+`off_policy/file_coverage` logs the share of a call's prompts with traces.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import numpy as np
 from rl4llm import models
 from rl4llm import sampling
 from rl4llm.config import ConfigError
+from rl4llm.data import trace_file
 from rl4llm.train import batches
 
 
@@ -82,3 +91,45 @@ def sample_traces(teacher: Teacher, prompts: list, counts: list, key) -> tuple[l
     metrics = {"teacher/finished_frac": float(finished.mean()),
                "teacher/response_length": float(completion_mask.sum(-1).mean())}
     return traces, finished, metrics
+
+
+def load_file_traces(config, setup, name: str = "teacher.traces_path") -> dict | None:
+    """{prompt key: traces} of the traces file `config.<name>` (None when unset; also DeepSearch's replay buffer,
+    deepsearch.replay_path), checked at startup: ConfigError naming the field and the line when the file is
+    unreadable, empty or malformed, or a trace is longer than `sampling.max_new_tokens` in the policy's tokens (with
+    eos); or naming the field when none of its prompts is among the run's training prompts (the first
+    `rl.num_prompts` of each step's stream, `Selector.stream_examples`)."""
+    section, key = name.split(".")
+    path = getattr(getattr(config, section), key)
+    if not path:
+        return None
+    field = f"config.{name}={path!r}"
+    try:
+        records = trace_file.read(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{field}: {e}") from e
+    budget = config.sampling.max_new_tokens
+    for r in records:
+        for j, text in enumerate(r.traces):
+            if len(setup.tokenizer.encode(text)) + 1 > budget:
+                raise ConfigError(f"{field}: line {r.line}: trace {j} has more than {budget} tokens with eos in the "
+                                  "policy's tokenizer; raise config.sampling.max_new_tokens or shorten it")
+    traces = trace_file.index(records)
+    steps = range(config.rl.steps)
+    if steps and not any(trace_file.prompt_key(e.prompt) in traces for s in steps
+                         for e in setup.selector.stream_examples(s, config.rl.num_prompts)):
+        raise ConfigError(f"{field}: none of its {len(traces)} prompts is a training prompt of the run's "
+                          f"{config.rl.steps} steps; its \"prompt\" must be the prompt as the task renders it "
+                          "(python -m experiments.export_traces writes one)")
+    return traces
+
+
+def file_traces(traces: dict, prompts: list, counts: np.ndarray, num_traces: list, key
+                ) -> tuple[np.ndarray, list, dict]:
+    """The file's traces of the step's `prompts` (`num_traces[i]` asked of prompt i, drawn from `key`:
+    `trace_file.draw`), the sampled rows `counts` [B] with a prompt the file lacks given its traces' rows back (its
+    group all on-policy), and `off_policy/file_coverage` (the share of prompts with traces)."""
+    drawn = trace_file.draw(traces, prompts, num_traces, np.asarray(jax.random.key_data(key)).ravel().tolist())
+    covered = np.array([len(d) > 0 for d in drawn])
+    counts = np.asarray(counts) + np.where(covered, 0, num_traces)
+    return counts, drawn, {"off_policy/file_coverage": float(covered.mean())}
