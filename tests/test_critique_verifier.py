@@ -99,15 +99,23 @@ def test_critique_score_formula():
 # ------------------------------------------------------------------------------ sampling
 
 
+GREEDY_LENGTH = 96  # >= [bos] + the longest judge text here (64) + the critique budget (16)
+
+
 def greedy_direct(judge, text: str) -> str:
-    """The judge's greedy continuation of [bos] + text, unpadded, one models.apply per token, until a stop token."""
+    """The judge's greedy continuation of [bos] + text, one full models.apply (no cache) per token, until a stop
+    token. The sequence is right-padded to one length (`GREEDY_LENGTH`, so one compiled forward serves every token):
+    the attention is causal, so the logits at the last real token do not see the padding after it."""
     ids = [judge.tokenizer.bos_id] + judge.tokenizer.encode(text)
     out = []
+    assert len(ids) + judge.sampling_cfg.max_new_tokens <= GREEDY_LENGTH
     apply = jax.jit(models.apply, static_argnums=0)
     for _ in range(judge.sampling_cfg.max_new_tokens):
-        x = jnp.asarray([ids + out])
-        logits, _ = apply(judge.cfg, judge.params, x, jnp.arange(x.shape[1])[None], jnp.ones_like(x))
-        out.append(int(jnp.argmax(logits[0, -1])))
+        n = len(ids) + len(out)
+        x = jnp.asarray([ids + out + [judge.tokenizer.pad_id] * (GREEDY_LENGTH - n)])
+        mask = (jnp.arange(GREEDY_LENGTH) < n)[None].astype(jnp.int32)
+        logits, _ = apply(judge.cfg, judge.params, x, jnp.arange(GREEDY_LENGTH)[None], mask)
+        out.append(int(jnp.argmax(logits[0, n - 1])))
         if out[-1] in judge.sampling_cfg.stop_token_ids:
             return judge.tokenizer.decode(out[:-1])
     return judge.tokenizer.decode(out)

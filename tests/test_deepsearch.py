@@ -1,6 +1,7 @@
 """DeepSearch (arXiv 2509.25454; `rl4llm.sampling.mcts`, `rl4llm.rl.tree.deepsearch`): the backup, the frontier
 selection, the most confident negative and the q soft clipping by hand; the search's budget and its forked KV caches
-on the sampler tests' model; the recipe on the tiny job, with its mechanism metrics; bad configs name their field."""
+on the sampler tests' model; bad configs name their field. The recipe's run on the tiny job, its
+backups firing, is tests/test_recipes.py's."""
 
 import math
 
@@ -15,8 +16,6 @@ from rl4llm.rl import registry
 from rl4llm.rl import tree as tree_lib
 from rl4llm.sampling import SamplingConfig, pad_prompts
 from rl4llm.sampling import mcts
-from rl4llm.train import job
-from rl4llm.train import metrics as metrics_lib
 from tests.test_sampling import CFG, params  # the perturbed model the sampler tests use
 from tests.test_train import tiny_config
 from tests.test_tree_methods import _teacher_forced
@@ -239,27 +238,3 @@ def test_bad_config_fails_before_compiling_naming_the_field(overrides, field):
     config.update_from_flattened_dict(overrides)
     with pytest.raises(config_lib.ConfigError, match=field.replace(".", r"\.").replace("(", r"\(")):
         config_lib.parse(config)
-
-
-def test_the_recipe_trains_on_the_tiny_job_and_logs_its_search(tmp_path, monkeypatch):
-    from rl4llm import rewards
-
-    # about half of the completions right, so both correct and negative backups happen
-    monkeypatch.setitem(rewards.REWARDS, "parity", lambda completion, answer: float(len(completion) % 2 == 0))
-    config = _tiny()
-    config.task.reward = "parity"
-    config.sft.steps = 2
-    config.rl.steps = 2
-    config.eval.every = 1000
-    job.run(config, str(tmp_path))
-    records = {r["step"]: r for r in metrics_lib.read_metrics(str(tmp_path), "rl")}
-    assert sorted(records) == [1, 2]
-    for record in records.values():
-        assert math.isfinite(record["loss/pg"]) and math.isfinite(record["grad_norm"])
-        assert record["deepsearch/expansions"] == config.rl.num_prompts * 2
-        assert record["deepsearch/generated_tokens"] <= config.rl.num_prompts * 4 * 6
-        for key in ("deepsearch/solved_by_search", "deepsearch/frontier_size", "deepsearch/negative_backups",
-                    "deepsearch/correct_backups", "deepsearch/shared_token_frac"):
-            assert key in record, key
-    assert any(r["deepsearch/correct_backups"] + r["deepsearch/negative_backups"] > 0 for r in records.values())
-    assert any(r["deepsearch/frontier_size"] > 0 for r in records.values())

@@ -104,7 +104,8 @@ MECHANISMS = {
     "rlve": ("selection/frontier_accuracy", "selection/difficulty_upper"),
     "treerl": ("tree/branches", "tree/shared_token_frac", "tree/distinct_branches"),
     # the search expanded frontier nodes (not only the root) and backed up a correct or a most-confident-negative path
-    "deepsearch": ("deepsearch/expansions", "deepsearch/frontier_size", "deepsearch/visited_nodes"),
+    "deepsearch": ("deepsearch/expansions", "deepsearch/frontier_size", "deepsearch/visited_nodes",
+                   "deepsearch/correct_backups", "deepsearch/negative_backups"),
     # the DPO path fires: groups gave best-vs-worst pairs and the pair loss was evaluated on them
     "online_dpo": ("dpo/valid_pair_frac", "dpo/loss"),
     # CPL's pairs were formed and its (conservative) contrastive loss evaluated on them
