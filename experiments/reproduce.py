@@ -235,6 +235,21 @@ STUDIES = {
                              "dpo/logps/chosen", "dpo/logps/rejected"),
         description="Online DPO (Guo et al. 2024) vs GRPO on the main job's task, warm start and rollout budget",
     ),
+    # Issue 22's pair objectives beside GRPO, each its recipe on the main job's RL stage: CPL (reference-free, on each
+    # group's best-vs-worst pair), P3O (the clipped pairwise policy gradient on the same pairs, 4 epochs) and SPO (each
+    # completion's win rate in its group minus 1/2 as the advantage of PPO-clip, 4 minibatch updates), from the warm
+    # start this machine trains (the online_dpo study's was another machine's, so its GRPO arm is run again here).
+    "pair_objectives": Study(
+        arms={"grpo": _recipe("default"), "cpl": _recipe("cpl"), "p3o": _recipe("p3o"), "spo": _recipe("spo")},
+        seeds=(0, 1, 2),
+        rl_steps=50,
+        eval_every=25,
+        keys=_COMMON_KEYS + ("loss/pg", "clip_frac", "time/learn_s", "time/gen_s",
+                             "cpl/accuracy", "cpl/margin", "cpl/valid_pair_frac", "cpl/logps/chosen",
+                             "cpl/logps/rejected", "p3o/clip_frac", "p3o/ratio_mean", "p3o/ratio_max",
+                             "p3o/ratio_min", "p3o/reward_margin", "p3o/valid_pair_frac"),
+        description="CPL, P3O and SPO vs GRPO on the main job's task, warm start and rollout budget (50 steps)",
+    ),
     # Issue 23's ExIt (configs/exit.py): half of each step's groups resume partial histories of the policy's own
     # solutions, prioritised by their groups' return variance, vs the main job's GRPO (the online_dpo study's arm: the
     # same config and seeds), from the main job's warm start, at the same rollouts per step.
