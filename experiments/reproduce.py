@@ -88,6 +88,9 @@ class Study:
     # reward models the arms read ("rm:<name>"): name -> the RM job's dotted-field overrides of the default config;
     # the value "warm_start" stands for the warm start's directory (e.g. reward_model__sample_from)
     reward_models: dict = dataclasses.field(default_factory=dict)
+    # step 0 evaluated afresh under the study's config even on the warm start's task: its evaluation measures more
+    # than the warm start logged (e.g. urpo.eval_pairs' held-out referee accuracy)
+    fresh_start_eval: bool = False
 
 
 # Metric keys every study keeps: the learning curve, the policy's entropy, and the sample budget.
@@ -278,6 +281,21 @@ STUDIES = {
             "selection/prof_generated_accuracy", "selection/prof_kept_accuracy", "selection/prof_balance_gain",
             "selection/prof_correct_score_generated", "selection/prof_correct_score_kept"),
         description="FAPO (flawed positives rewarded half-way) and PROF (consistency filter) vs GRPO, exact step judge",
+    ),
+    # Issue 22's URPO (configs/urpo.py): the policy as player and referee, a quarter of each step's groups referee
+    # groups, vs GRPO on the verifier alone; both measure the referee on 128 held-out problems' reference vs
+    # corrupted-final-answer solutions (greedy verdict "1" / "0") before and after.
+    "urpo": Study(
+        arms={"grpo": _recipe("default", urpo__eval_pairs=128), "urpo": _recipe("urpo")},
+        seeds=(0, 1, 2),
+        rl_steps=40,
+        eval_every=20,
+        keys=_COMMON_KEYS + (
+            "urpo/referee_accuracy", "urpo/referee_valid_frac", "urpo/referee_yes_frac", "urpo/referee_label_mean",
+            "urpo/referee_share", "urpo/player_accuracy", "urpo/rollout_candidate_frac",
+            "eval/referee_accuracy", "eval/referee_valid_frac", "eval/referee_yes_frac"),
+        description="URPO (one policy as player and referee, 4 of 16 groups referee) vs GRPO, held-out referee",
+        fresh_start_eval=True,
     ),
     # Issue 22's step-level process rewards: the exact step judge's labels as step rewards beside the outcome (GRPO's
     # advantage + 0.5 x their return-to-go): the raw score (hackable: its return grows with the steps), PRM Clip and
@@ -565,7 +583,7 @@ def start_eval(study_name: str, root: str) -> dict:
     study = STUDIES[study_name]
     first_arm = next(iter(study.arms))
     config = run_config(study, first_arm, 0, root, study_name)
-    if config.task.to_dict() == default.get_config().task.to_dict():
+    if config.task.to_dict() == default.get_config().task.to_dict() and not study.fresh_start_eval:
         logged = {k: v for r in metrics_lib.read_metrics(warm_start_dir(root), "sft") for k, v in r.items()}
     else:
         workdir = next((run_dir(root, study_name, a, s) for a in study.arms for s in study.seeds
