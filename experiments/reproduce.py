@@ -283,10 +283,12 @@ STUDIES = {
         description="FAPO (flawed positives rewarded half-way) and PROF (consistency filter) vs GRPO, exact step judge",
     ),
     # Issue 22's URPO (configs/urpo.py): the policy as player and referee, a quarter of each step's groups referee
-    # groups, vs GRPO on the verifier alone; both measure the referee on 128 held-out problems' reference vs
-    # corrupted-final-answer solutions (greedy verdict "1" / "0") before and after.
+    # groups, vs GRPO on the verifier alone; every arm measures the referee on 128 held-out problems' reference vs
+    # corrupted-final-answer solutions (greedy verdict "1" / "0", urpo_dash's "1" / "-") before and after.
     "urpo": Study(
-        arms={"grpo": _recipe("default", urpo__eval_pairs=128), "urpo": _recipe("urpo")},
+        arms={"grpo": _recipe("default", urpo__eval_pairs=128), "urpo": _recipe("urpo"),
+              # "wrong" = "-": after the referee prompt the warm start writes "1" (p 0.30) or "-" (0.17), "0" rarely (0.05)
+              "urpo_dash": _recipe("urpo", urpo__no_token="-")},
         seeds=(0, 1, 2),
         rl_steps=40,
         eval_every=20,
@@ -519,7 +521,7 @@ def collect(study_name: str, root: str, path: str) -> int:
     from rl4llm.train import metrics as metrics_lib
 
     study = STUDIES[study_name]
-    warm_eval = start_eval(study_name, root)
+    warm_evals = {arm: start_eval(study_name, root, arm if study.fresh_start_eval else None) for arm in study.arms}
     records, finished = [], set()
     for arm in study.arms:
         for seed in study.seeds:
@@ -527,13 +529,14 @@ def collect(study_name: str, root: str, path: str) -> int:
             if not os.path.exists(os.path.join(workdir, "summary.json")):
                 continue
             finished.add((arm, seed))
-            records.append({"arm": arm, "seed": seed, "step": 0, **warm_eval})
+            records.append({"arm": arm, "seed": seed, "step": 0, **warm_evals[arm]})
             for r in metrics_lib.read_metrics(workdir, "rl"):
                 records.append({"arm": arm, "seed": seed, "step": r["step"],
                                 **{k: r[k] for k in study.keys if k in r}})
     if os.path.exists(path):
         kept = [r for r in results.read_results(path) if (r["arm"], r["seed"]) not in finished]
         for r in kept:
+            warm_eval = warm_evals.get(r["arm"], {})
             if r["step"] == 0 and not all(math.isclose(r[k], v, rel_tol=1e-5) for k, v in warm_eval.items() if k in r):
                 raise ValueError(f"{path}: {r['arm']} seed {r['seed']} starts from another warm start than "
                                  f"{warm_start_dir(root)} ({ {k: r[k] for k in warm_eval if k in r} } vs {warm_eval})")
@@ -570,23 +573,24 @@ def write_samples(study_name: str, root: str, path: str, num_prompts: int) -> in
     return results.write_results(path, records)
 
 
-def start_eval(study_name: str, root: str) -> dict:
+def start_eval(study_name: str, root: str, arm: str | None = None) -> dict:
     """Step 0 of every arm: the shared warm start evaluated on the study's held-out set. When the study trains on the
     warm start's task, the warm start's own logged evaluation; otherwise (e.g. dapo_hard's longer chains) its SFT
     checkpoint evaluated under the study's config (its first arm's task), in the first run under `root` (the study's arm
     and seed order; every run starts from a copy of the warm start) with the run's pass_k and evaluation key (`runs.evaluate_checkpoint`,
-    which reproduces what a run logs), kept in that run's `eval_sft_<step>.json`."""
+    which reproduces what a run logs), kept in that run's `eval_sft_<step>.json`. `arm`: under that arm's config, in
+    its first run (a study with `fresh_start_eval` whose arms evaluate differently); None: the first arm's."""
     from configs import default
     from rl4llm.train import metrics as metrics_lib
     from rl4llm.train import runs
 
     study = STUDIES[study_name]
-    first_arm = next(iter(study.arms))
+    first_arm = arm or next(iter(study.arms))
     config = run_config(study, first_arm, 0, root, study_name)
     if config.task.to_dict() == default.get_config().task.to_dict() and not study.fresh_start_eval:
         logged = {k: v for r in metrics_lib.read_metrics(warm_start_dir(root), "sft") for k, v in r.items()}
     else:
-        workdir = next((run_dir(root, study_name, a, s) for a in study.arms for s in study.seeds
+        workdir = next((run_dir(root, study_name, a, s) for a in ([arm] if arm else study.arms) for s in study.seeds
                         if os.path.exists(run_dir(root, study_name, a, s))), run_dir(root, study_name, first_arm, 0))
         found = [f for f in os.listdir(workdir) if f.startswith("eval_sft_")]
         if found:

@@ -75,9 +75,9 @@ def corrupted_candidate(solution: str, rng: np.random.Generator, corruption: str
 
 def candidate_plan(num_groups: int, rollout_share: float, rng: np.random.Generator) -> np.ndarray:
     """[num_groups] bool: which referee groups judge a rollout (the others a reference / corrupted solution): exactly
-    round(rollout_share · num_groups) of them, at uniformly drawn positions."""
+    ⌊rollout_share · num_groups + ½⌋ of them (halves round up), at uniformly drawn positions."""
     plan = np.zeros(num_groups, bool)
-    plan[rng.permutation(num_groups)[: int(round(rollout_share * num_groups))]] = True
+    plan[rng.permutation(num_groups)[: int(np.floor(rollout_share * num_groups + 0.5))]] = True
     return plan
 
 
