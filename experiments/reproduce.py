@@ -294,7 +294,7 @@ STUDIES = {
         eval_every=20,
         keys=_COMMON_KEYS + (
             "urpo/referee_accuracy", "urpo/referee_valid_frac", "urpo/referee_yes_frac", "urpo/referee_label_mean",
-            "urpo/referee_share", "urpo/player_accuracy", "urpo/rollout_candidate_frac",
+            "urpo/referee_share", "urpo/player_accuracy", "urpo/rollout_candidate_frac", "urpo/referee_signal_frac",
             "eval/referee_accuracy", "eval/referee_valid_frac", "eval/referee_yes_frac"),
         description="URPO (one policy as player and referee, 4 of 16 groups referee) vs GRPO, held-out referee",
         fresh_start_eval=True,

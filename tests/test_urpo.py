@@ -121,6 +121,8 @@ def test_a_step_mixes_exactly_and_rewards_the_referee_by_agreement(nano):
     assert metrics["urpo/referee_accuracy"] == pytest.approx(np.mean(agreement))
     assert metrics["urpo/player_accuracy"] == pytest.approx(np.mean(collected.rows.main[player] >= 1))
     assert metrics["urpo/rollout_candidate_frac"] == 0.5
+    groups = np.reshape(agreement, (r, g))
+    assert metrics["urpo/referee_signal_frac"] == np.mean(groups.min(-1) < groups.max(-1))
 
 
 def test_self_reward_replaces_the_player_reward_and_keeps_the_verifier_label(nano):

@@ -17,7 +17,8 @@ verifier label) beside `urpo/player_accuracy` (the verifier's).
 
 Logged every step: `urpo/referee_accuracy` (agreement with the labels over the referee rows), `urpo/referee_valid_frac`
 (verdicts parsed), `urpo/referee_yes_frac` (of those, 'correct'), `urpo/referee_label_mean` (candidates that are
-right), `urpo/referee_share` (referee rows / N), `urpo/player_accuracy` (verifier, player rows). `reward` is the mixed
+right), `urpo/referee_signal_frac` (referee groups whose G rewards differ: the only ones GRPO learns from),
+`urpo/referee_share` (referee rows / N), `urpo/player_accuracy` (verifier, player rows). `reward` is the mixed
 batch's mean reward; `solve_*_frac` are the selection's, over all B problems' rollouts before the replacement. At each
 evaluation with `eval_pairs` (`evaluate_referee`): `eval/referee_accuracy` and `eval/referee_valid_frac`, greedy, on
 held-out problems' reference vs corrupted solutions.
@@ -150,7 +151,9 @@ def mix(config, setup, params, rows: Rows, metrics: dict, step: int, key) -> tup
     player = take(rows, np.arange((b - r) * g))
     out = {f"urpo/{k}": v for k, v in referee_metrics(verdict_texts, np.repeat(labels, g), referee.scores,
                                                       u.yes_token, u.no_token).items()}
+    spread = referee.scores.reshape(r, g)
     out.update({"urpo/referee_share": r * g / (b * g), "urpo/player_accuracy": float(np.mean(player.main >= 1.0)),
+                "urpo/referee_signal_frac": float(np.mean(spread.max(-1) > spread.min(-1))),
                 "urpo/rollout_candidate_frac": float(np.mean(from_rollout))})
     if u.self_reward:
         player_questions = [e.prompt for e in setup.selector.stream_examples(step, b - r) for _ in range(g)]
