@@ -579,12 +579,15 @@ def start_eval(study_name: str, root: str, arm: str | None = None) -> dict:
     checkpoint evaluated under the study's config (its first arm's task), in the first run under `root` (the study's arm
     and seed order; every run starts from a copy of the warm start) with the run's pass_k and evaluation key (`runs.evaluate_checkpoint`,
     which reproduces what a run logs), kept in that run's `eval_sft_<step>.json`. `arm`: under that arm's config, in
-    its first run (a study with `fresh_start_eval` whose arms evaluate differently); None: the first arm's."""
+    its first run (a study with `fresh_start_eval` whose arms evaluate differently); None, or an arm without a run
+    under `root`: the first arm's."""
     from configs import default
     from rl4llm.train import metrics as metrics_lib
     from rl4llm.train import runs
 
     study = STUDIES[study_name]
+    if arm and not any(os.path.exists(run_dir(root, study_name, arm, s)) for s in study.seeds):
+        arm = None  # no run of the arm under root: the first arm's
     first_arm = arm or next(iter(study.arms))
     config = run_config(study, first_arm, 0, root, study_name)
     if config.task.to_dict() == default.get_config().task.to_dict() and not study.fresh_start_eval:
