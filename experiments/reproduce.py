@@ -138,6 +138,12 @@ _JUDGE_EVAL_KEYS = (
     "eval/flawed_positive_frac", "eval/sound_accuracy", "eval/flawed_frac", "eval/sampled_flawed_positive_frac",
     "eval/sampled_sound_accuracy", "eval/sampled_flawed_frac")
 
+# What URPO logs: the referee on the step's referee groups, the player, and the held-out referee.
+_URPO_KEYS = (
+    "urpo/referee_accuracy", "urpo/referee_valid_frac", "urpo/referee_yes_frac", "urpo/referee_label_mean",
+    "urpo/referee_share", "urpo/player_accuracy", "urpo/rollout_candidate_frac", "urpo/referee_signal_frac",
+    "eval/referee_accuracy", "eval/referee_valid_frac", "eval/referee_yes_frac")
+
 STUDIES = {
     "entropy_mechanism": Study(
         arms={
@@ -292,11 +298,18 @@ STUDIES = {
         seeds=(0, 1, 2),
         rl_steps=40,
         eval_every=20,
-        keys=_COMMON_KEYS + (
-            "urpo/referee_accuracy", "urpo/referee_valid_frac", "urpo/referee_yes_frac", "urpo/referee_label_mean",
-            "urpo/referee_share", "urpo/player_accuracy", "urpo/rollout_candidate_frac", "urpo/referee_signal_frac",
-            "eval/referee_accuracy", "eval/referee_valid_frac", "eval/referee_yes_frac"),
+        keys=_COMMON_KEYS + _URPO_KEYS,
         description="URPO (one policy as player and referee, 4 of 16 groups referee) vs GRPO, held-out referee",
+        fresh_start_eval=True,
+    ),
+    # Whether the referee learns to judge, not only to answer, given three times the steps (the urpo study's 40 did not).
+    "urpo_long": Study(
+        arms={"urpo": _recipe("urpo")},
+        seeds=(0, 1, 2),
+        rl_steps=120,
+        eval_every=40,
+        keys=_COMMON_KEYS + _URPO_KEYS,
+        description="URPO over 120 steps: the held-out referee's parsed-verdict accuracy",
         fresh_start_eval=True,
     ),
     # Issue 22's step-level process rewards: the exact step judge's labels as step rewards beside the outcome (GRPO's
