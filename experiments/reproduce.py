@@ -88,6 +88,9 @@ class Study:
     # reward models the arms read ("rm:<name>"): name -> the RM job's dotted-field overrides of the default config;
     # the value "warm_start" stands for the warm start's directory (e.g. reward_model__sample_from)
     reward_models: dict = dataclasses.field(default_factory=dict)
+    # step 0 evaluated afresh under the study's config even on the warm start's task: its evaluation measures more
+    # than the warm start logged (e.g. urpo.eval_pairs' held-out referee accuracy)
+    fresh_start_eval: bool = False
 
 
 # Metric keys every study keeps: the learning curve, the policy's entropy, and the sample budget.
@@ -134,6 +137,12 @@ _STEP_REWARD_KEYS = (
 _JUDGE_EVAL_KEYS = (
     "eval/flawed_positive_frac", "eval/sound_accuracy", "eval/flawed_frac", "eval/sampled_flawed_positive_frac",
     "eval/sampled_sound_accuracy", "eval/sampled_flawed_frac")
+
+# What URPO logs: the referee on the step's referee groups, the player, and the held-out referee.
+_URPO_KEYS = (
+    "urpo/referee_accuracy", "urpo/referee_valid_frac", "urpo/referee_yes_frac", "urpo/referee_label_mean",
+    "urpo/referee_share", "urpo/player_accuracy", "urpo/rollout_candidate_frac", "urpo/referee_signal_frac",
+    "eval/referee_accuracy", "eval/referee_valid_frac", "eval/referee_yes_frac")
 
 STUDIES = {
     "entropy_mechanism": Study(
@@ -293,6 +302,30 @@ STUDIES = {
             "selection/prof_generated_accuracy", "selection/prof_kept_accuracy", "selection/prof_balance_gain",
             "selection/prof_correct_score_generated", "selection/prof_correct_score_kept"),
         description="FAPO (flawed positives rewarded half-way) and PROF (consistency filter) vs GRPO, exact step judge",
+    ),
+    # Issue 22's URPO (configs/urpo.py): the policy as player and referee, a quarter of each step's groups referee
+    # groups, vs GRPO on the verifier alone; every arm measures the referee on 128 held-out problems' reference vs
+    # corrupted-final-answer solutions (greedy verdict "1" / "0", urpo_dash's "1" / "-") before and after.
+    "urpo": Study(
+        arms={"grpo": _recipe("default", urpo__eval_pairs=128), "urpo": _recipe("urpo"),
+              # "wrong" = "-": after the referee prompt the warm start writes "1" (p 0.30) or "-" (0.17), "0" rarely (0.05)
+              "urpo_dash": _recipe("urpo", urpo__no_token="-")},
+        seeds=(0, 1, 2),
+        rl_steps=40,
+        eval_every=20,
+        keys=_COMMON_KEYS + _URPO_KEYS,
+        description="URPO (one policy as player and referee, 4 of 16 groups referee) vs GRPO, held-out referee",
+        fresh_start_eval=True,
+    ),
+    # Whether the referee learns to judge, not only to answer, given three times the steps (the urpo study's 40 did not).
+    "urpo_long": Study(
+        arms={"urpo": _recipe("urpo")},
+        seeds=(0, 1, 2),
+        rl_steps=120,
+        eval_every=40,
+        keys=_COMMON_KEYS + _URPO_KEYS,
+        description="URPO over 120 steps: the held-out referee's parsed-verdict accuracy",
+        fresh_start_eval=True,
     ),
     # Issue 22's step-level process rewards: the exact step judge's labels as step rewards beside the outcome (GRPO's
     # advantage + 0.5 x their return-to-go): the raw score (hackable: its return grows with the steps), PRM Clip and
@@ -516,7 +549,7 @@ def collect(study_name: str, root: str, path: str) -> int:
     from rl4llm.train import metrics as metrics_lib
 
     study = STUDIES[study_name]
-    warm_eval = start_eval(study_name, root)
+    warm_evals = {arm: start_eval(study_name, root, arm if study.fresh_start_eval else None) for arm in study.arms}
     records, finished = [], set()
     for arm in study.arms:
         for seed in study.seeds:
@@ -524,13 +557,14 @@ def collect(study_name: str, root: str, path: str) -> int:
             if not os.path.exists(os.path.join(workdir, "summary.json")):
                 continue
             finished.add((arm, seed))
-            records.append({"arm": arm, "seed": seed, "step": 0, **warm_eval})
+            records.append({"arm": arm, "seed": seed, "step": 0, **warm_evals[arm]})
             for r in metrics_lib.read_metrics(workdir, "rl"):
                 records.append({"arm": arm, "seed": seed, "step": r["step"],
                                 **{k: r[k] for k in study.keys if k in r}})
     if os.path.exists(path):
         kept = [r for r in results.read_results(path) if (r["arm"], r["seed"]) not in finished]
         for r in kept:
+            warm_eval = warm_evals.get(r["arm"], {})
             if r["step"] == 0 and not all(math.isclose(r[k], v, rel_tol=1e-5) for k, v in warm_eval.items() if k in r):
                 raise ValueError(f"{path}: {r['arm']} seed {r['seed']} starts from another warm start than "
                                  f"{warm_start_dir(root)} ({ {k: r[k] for k in warm_eval if k in r} } vs {warm_eval})")
@@ -567,23 +601,27 @@ def write_samples(study_name: str, root: str, path: str, num_prompts: int) -> in
     return results.write_results(path, records)
 
 
-def start_eval(study_name: str, root: str) -> dict:
+def start_eval(study_name: str, root: str, arm: str | None = None) -> dict:
     """Step 0 of every arm: the shared warm start evaluated on the study's held-out set. When the study trains on the
     warm start's task, the warm start's own logged evaluation; otherwise (e.g. dapo_hard's longer chains) its SFT
     checkpoint evaluated under the study's config (its first arm's task), in the first run under `root` (the study's arm
     and seed order; every run starts from a copy of the warm start) with the run's pass_k and evaluation key (`runs.evaluate_checkpoint`,
-    which reproduces what a run logs), kept in that run's `eval_sft_<step>.json`."""
+    which reproduces what a run logs), kept in that run's `eval_sft_<step>.json`. `arm`: under that arm's config, in
+    its first run (a study with `fresh_start_eval` whose arms evaluate differently); None, or an arm without a run
+    under `root`: the first arm's."""
     from configs import default
     from rl4llm.train import metrics as metrics_lib
     from rl4llm.train import runs
 
     study = STUDIES[study_name]
-    first_arm = next(iter(study.arms))
+    if arm and not any(os.path.exists(run_dir(root, study_name, arm, s)) for s in study.seeds):
+        arm = None  # no run of the arm under root: the first arm's
+    first_arm = arm or next(iter(study.arms))
     config = run_config(study, first_arm, 0, root, study_name)
-    if config.task.to_dict() == default.get_config().task.to_dict():
+    if config.task.to_dict() == default.get_config().task.to_dict() and not study.fresh_start_eval:
         logged = {k: v for r in metrics_lib.read_metrics(warm_start_dir(root), "sft") for k, v in r.items()}
     else:
-        workdir = next((run_dir(root, study_name, a, s) for a in study.arms for s in study.seeds
+        workdir = next((run_dir(root, study_name, a, s) for a in ([arm] if arm else study.arms) for s in study.seeds
                         if os.path.exists(run_dir(root, study_name, a, s))), run_dir(root, study_name, first_arm, 0))
         found = [f for f in os.listdir(workdir) if f.startswith("eval_sft_")]
         if found:

@@ -75,6 +75,7 @@ RECIPES = (
     "arrol",
     "adhint",
     "deepsearch",
+    "urpo",
 )
 RL_STEPS = 2
 SFT_STEPS = 60  # a warm start with structure: after tiny_config's 6 steps the nano policy is uniform (H 2.98 of 3.0)
@@ -162,6 +163,9 @@ MECHANISMS = {
     # groups the parity reward does not always reward got a hint (h_max (1 - acc)), trained off-policy in the
     # completion, and some hint tokens were masked (a negative advantage, or pi below the threshold)
     "adhint": ("selection/hinted_frac", "off_policy_frac", "off_masked_frac"),
+    # referee groups judged right candidates among wrong ones, and some of the nano policy's
+    # verdicts parsed ("1" / "0" first: it writes digits after the referee prompt's "=")
+    "urpo": ("urpo/referee_share", "urpo/referee_label_mean", "urpo/referee_valid_frac"),
 }
 
 
@@ -188,6 +192,9 @@ TINY_SCALE = {
     "tree_opo": {"tree.initial_paths": 1, "tree.branch_points": 1, "tree.branches": 3, "tree.iterations": 1},
     "cure": {"tree.initial_paths": 1, "tree.branch_points": 1, "tree.branches": 3, "tree.iterations": 1},
     "iterative_dpo": {"rl.ref_reset_every": 1},
+    # 3 of the tiny job's 4 groups are referee groups (the recipe's quarter would be one): 24 verdicts in two steps,
+    # of which the nano policy parses ~1 in 5; 4 held-out referee pairs
+    "urpo": {"urpo.referee_share": 0.75, "urpo.eval_pairs": 4},
     # the tiny job's groups of 4: 2 expansions of 2 one-step children; steps of 6 of its 12 tokens (depth 2 terminal)
     "deepsearch": {"deepsearch.candidates": 2, "deepsearch.expansions": 2, "deepsearch.step_tokens": 6},  # a round per RL step: the reset happens within the two steps
     "prof": {"selection.prof_rollouts": 8},  # the tiny job's groups of 4, from 8

@@ -29,6 +29,7 @@ from rl4llm.rl import preference as preference_lib
 from rl4llm.rl import process as process_rl
 from rl4llm.rl import registry
 from rl4llm.sampling import tree as sampling_tree
+from rl4llm.verifiers import referee as referee_lib
 from rl4llm.verifiers import templates
 
 LR_SCHEDULES = ("constant", "cosine")  # after the warm-up; cosine decays to 0 at the stage's last update
@@ -335,6 +336,43 @@ class GenerativeVerifier:
                                Between(0.0, 10.0))
     max_critique_length: int = param(48, "critique: a critique's most tokens (one that does not stop by then is not "
                                      "parsable: it votes the minimum score)", AtLeast(4))
+
+
+def _is_referee_template(template) -> bool:
+    try:
+        referee_lib.template_pieces(template)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+@_section
+class Urpo:
+    """URPO (Lu et al. 2025, arXiv 2507.17515; rl4llm.train.urpo, rl4llm.verifiers.referee): the policy is player and
+    referee in one GRPO loop. referee_share of each step's groups are referee groups: a problem and a candidate
+    solution in `template`; the policy writes a verdict (yes_token / no_token first), rewarded 1 when it agrees with
+    the verifier's label (garbage: 0). With self_reward the player groups are rewarded by the policy's own greedy
+    verdict instead of the verifier (the paper's open-ended tasks). eval_pairs > 0 measures the referee on held-out
+    reference vs corrupted solutions at every evaluation (any arithmetic run, URPO or not)."""
+
+    referee_share: float = param(0.0, "share of each step's rl.num_prompts groups that are referee groups (a whole "
+                                 "number of groups); 0 = off", Between(0.0, 1.0))
+    rollout_candidates: float = param(0.5, "share of the referee groups whose candidate is one of the step's own "
+                                      "rollouts (the rest: the reference solution or a corruption of it, 50/50)",
+                                      Between(0.0, 1.0))
+    corruption: str = param("final_answer", "how a reference solution is made wrong (data.arithmetic.wrong_solution)",
+                            OneOf(arithmetic_lib.CORRUPTIONS))
+    template: str = param(referee_lib.DEFAULT_TEMPLATE, "the referee prompt: {question} and one {completion}",
+                          Satisfies(_is_referee_template, "needs {question} and exactly one {completion}, no "
+                                    "other field"))
+    yes_token: str = param("1", "the verdict 'correct': the referee's completion starts with it",
+                           Satisfies(lambda v: isinstance(v, str) and bool(v), "must be non-empty"))
+    no_token: str = param("0", "the verdict 'wrong'", Satisfies(lambda v: isinstance(v, str) and bool(v),
+                                                                 "must be non-empty"))
+    self_reward: bool = param(False, "player groups rewarded by the policy's own greedy verdict (1 = 'correct'), "
+                              "not the verifier", Boolean())
+    eval_pairs: int = param(0, "held-out problems whose reference and corrupted solutions the referee judges at each "
+                            "evaluation (greedy); 0 = none", AtLeast(0))
 
 
 @_section
@@ -724,6 +762,7 @@ class RunConfig:
     teacher: Teacher = param(Teacher, "a teacher model sampling the off-policy traces (LUFFY from a stronger model)")
     reward_model: RewardModel = param(RewardModel, "an outcome reward model: its training and its use in RL")
     generative_verifier: GenerativeVerifier = param(GenerativeVerifier, "a generative verifier's P(Yes) as the reward")
+    urpo: Urpo = param(Urpo, "URPO: the policy as player and referee in one GRPO loop")
     preference: Preference = param(Preference, "pairwise preference objectives (online DPO) in place of rl.loss")
     reward_weighting: RewardWeighting = param(RewardWeighting, "reward components' weights across steps "
                                               "(dynamic weighting, constrained RLHF)")

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from rl4llm import rewards
 from rl4llm.config import agent as agent_config
+from rl4llm.data import arithmetic
 from rl4llm.data import curriculum
 from rl4llm.data import difficulty
 from rl4llm.data import selection as selection_lib
@@ -28,6 +29,7 @@ from rl4llm.rl import process as process_rl
 from rl4llm.rl import registry
 from rl4llm.sampling.mcts import SearchShape
 from rl4llm.sampling.tree import TreeShape
+from rl4llm.verifiers import referee as referee_lib
 from rl4llm.verifiers import templates
 
 
@@ -1059,6 +1061,55 @@ def _critique_errors(v) -> list[str]:
             "reads one forward" for f, default in (("samples", 1), ("temperature", 0.0)) if getattr(v, f) != default]
 
 
+def _urpo_errors(config) -> list[str]:
+    """URPO's referee judges the arithmetic task's worked solutions (its corruptions are `wrong_solution`'s) in the
+    char tokenizer's alphabet; its referee groups replace whole groups of a plain uniform step (a whole number of them,
+    at least one player group left), scored by the rule verifier alone (`train.urpo`)."""
+    u = config.urpo
+    if not (u.referee_share or u.eval_pairs or u.self_reward):
+        return []
+    errors = []
+    if config.task.name != "arithmetic" or agent_config.is_agent_config(config):
+        errors.append(f"config.urpo: the referee judges the arithmetic task's worked solutions; not with config.task."
+                      f"name={config.task.name!r}, config.agent.env={config.agent.env!r}")
+    if u.yes_token.startswith(u.no_token) or u.no_token.startswith(u.yes_token):
+        errors.append(f"config.urpo.yes_token={u.yes_token!r} / no_token={u.no_token!r}: neither may start the other")
+    literal = "".join(text for text, _ in referee_lib.template_pieces(u.template)) + u.yes_token + u.no_token
+    unknown = sorted(set(literal) - set(arithmetic.ALPHABET))
+    if unknown and not config.model.hf_checkpoint:
+        errors.append(f"config.urpo.template={u.template!r} / yes_token / no_token: the task's char tokenizer has no "
+                      f"token for {unknown} (alphabet {arithmetic.ALPHABET!r})")
+    if u.self_reward and not u.referee_share:
+        errors.append("config.urpo.self_reward=True: the player is rewarded by its own referee, trained by the referee "
+                      "groups; set config.urpo.referee_share > 0")
+    if not u.referee_share:
+        return errors
+    b = config.rl.num_prompts
+    groups = u.referee_share * b
+    if abs(groups - round(groups)) > 1e-9 or not 1 <= round(groups) <= b - 1:
+        errors.append(f"config.urpo.referee_share={u.referee_share}: must make a whole number of config.rl.num_prompts="
+                      f"{b} groups, between 1 and {b - 1} (a player group is left)")
+    conflicts = (  # (field, value, whether it conflicts)
+        ("selection.method", config.selection.method, config.selection.method != "uniform"),
+        ("selection.hints", config.selection.hints, config.selection.hints),
+        ("rl.off_policy_traces", config.rl.off_policy_traces, config.rl.off_policy_traces > 0),
+        ("tree.enabled", config.tree.enabled, config.tree.enabled),
+        ("deepsearch.enabled", config.deepsearch.enabled, config.deepsearch.enabled),
+        ("pruning.enabled", config.pruning.enabled, config.pruning.enabled),
+        ("task.flaw_judge", config.task.flaw_judge, config.task.flaw_judge != "none"),
+        ("task.pseudo_labels", config.task.pseudo_labels, config.task.pseudo_labels != "none"),
+        ("reward_model.checkpoint", config.reward_model.checkpoint, bool(config.reward_model.checkpoint)),
+        ("generative_verifier.checkpoint", config.generative_verifier.checkpoint,
+         bool(config.generative_verifier.checkpoint or config.generative_verifier.hf_checkpoint)),
+        ("reward_weighting.method", config.reward_weighting.method, config.reward_weighting.method != "none"),
+        ("relift.batch_size", config.relift.batch_size, config.relift.batch_size > 0),
+        ("sampling.temperature_tau", config.sampling.temperature_tau, config.sampling.temperature_tau > 0),
+    )
+    errors += [f"config.{path}={value!r}: URPO (config.urpo.referee_share) replaces whole groups of a plain uniform "
+               f"step rewarded by the rule verifier; not with this" for path, value, bad in conflicts if bad]
+    return errors
+
+
 def _model_errors(config) -> list[str]:
     """LoRA against the reference reset; the HF checkpoint is readable."""
     errors = []
@@ -1161,6 +1212,7 @@ CHECKS = (
     (_pruning_errors, ("sampling", "pruning")),
     (_flaw_judge_errors, ()),
     (_generative_verifier_errors, ()),
+    (_urpo_errors, ("rl", "urpo")),
     (_selection_errors, ("rl", "selection")),
     (agent_config.agent_config_errors, ()),
     (_mesh_errors, ("rl", "sft")),

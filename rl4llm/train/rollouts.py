@@ -23,6 +23,7 @@ from rl4llm.train import prompt_selection
 from rl4llm.train import rows as rows_lib
 from rl4llm.train import search_replay
 from rl4llm.train import teacher as teacher_lib
+from rl4llm.train import urpo
 from rl4llm.train.companions import relift
 from rl4llm.train.setup import Setup
 from rl4llm.verifiers import critique as critique_lib
@@ -315,7 +316,9 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
     generate = functools.partial(generate_rows, config, setup, params, entropy_stats=entropy_stats,
                                  reward_model_params=reward_model_params, quality_head=quality_head)
     collected, selection_state = setup.selector.collect(selection_state, step, key, generate)
-    rows = collected.rows
+    rows, metrics = collected.rows, collected.metrics
+    if urpo.enabled(config):  # the last referee_share of the groups become referee groups
+        rows, metrics = urpo.mix(config, setup, params, rows, metrics, step, key)
     check_prompt_groups(rows, collected.group_ids, config_lib.shared_prompt_group(config))
     rollout = sampling.Rollout(
         prompt_tokens=jnp.asarray(rows.prompt_tokens),
@@ -332,4 +335,4 @@ def rollout_and_score(config, setup: Setup, params, step: int, key, selection_st
             {"tree_nodes": rows.tree_nodes, "node_q": rows.node_q, "node_terminal": rows.node_terminal,
              "step_scores": rows.step_scores, "step_ends": rows.step_ends,
              "hinted": rows.hint_chars > 0},
-            {**collected.metrics, **relift_metrics}, selection_state, relift_rows, rows.quality_features)
+            {**metrics, **relift_metrics}, selection_state, relift_rows, rows.quality_features)

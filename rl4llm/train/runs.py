@@ -235,6 +235,7 @@ def evaluate_checkpoint(
     import jax
 
     from rl4llm.train import evaluate as evaluate_lib
+    from rl4llm.train import urpo
 
     if not ks or not all(isinstance(k, int) and k >= 1 for k in ks):
         raise ValueError(f"k={list(ks)}: every k must be an integer >= 1")
@@ -246,6 +247,8 @@ def evaluate_checkpoint(
             policy.setup.model_cfg, policy.params, policy.setup.tokenizer, policy.setup.eval_examples, key, spec,
             policy.setup.score_fn,
         )
+        if policy.config.urpo.eval_pairs:  # the referee's held-out accuracy (URPO), as the run logs it
+            metrics.update(urpo.evaluate_referee(policy.config, policy.setup, policy.params, key))
         result = {
             "workdir": os.path.abspath(workdir),
             "stage": policy.stage,

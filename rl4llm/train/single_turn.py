@@ -27,6 +27,7 @@ from rl4llm.train import learner as learner_lib
 from rl4llm.train import rollouts
 from rl4llm.train import setup as setup_lib
 from rl4llm.train import teacher as teacher_lib
+from rl4llm.train import urpo
 from rl4llm.train.companions import adaptive_temperature
 from rl4llm.train.companions import critic as critic_lib
 from rl4llm.train.companions import quality_head
@@ -57,12 +58,12 @@ def sft_batch(config, setup: Setup, step: int):
 
 
 def evaluate(config, setup: Setup, params, key) -> dict:
-    """Held-out evaluation of `params` (`train.evaluate`): greedy accuracy, pass@k, ..."""
-    del config  # the evaluation settings are the setup's
+    """Held-out evaluation of `params` (`train.evaluate`): greedy accuracy, pass@k, ...; with urpo.eval_pairs the
+    referee's held-out accuracy (`urpo.evaluate_referee`)."""
+    referee = urpo.evaluate_referee(config, setup, params, key) if config.urpo.eval_pairs else {}
     params = setup.layout.sampler_params(params) if setup.layout else params
-    return evaluate_lib.evaluate(
-        setup.model_cfg, params, setup.tokenizer, setup.eval_examples, key, setup.eval_spec, setup.score_fn
-    )
+    return {**evaluate_lib.evaluate(setup.model_cfg, params, setup.tokenizer, setup.eval_examples, key,
+                                    setup.eval_spec, setup.score_fn), **referee}
 
 
 def learner_batch(config, data: inputs_lib.StepData, rollout, adv_scores, advantages):
