@@ -30,7 +30,7 @@ import math
 import os
 import re
 import shutil
-from typing import Any, Iterator, Mapping
+from typing import Iterator, Mapping
 
 import jax
 import jax.numpy as jnp
