@@ -28,9 +28,10 @@ def get_config():
         python -m experiments.train --config=configs/urpo.py --workdir=/tmp/rl4llm/urpo
     Study (vs GRPO, 3 seeds, 40 steps from the main job's warm start):
         python -m experiments.reproduce --study=urpo --workers=1  ->  notebooks/results/urpo.jsonl
-    Result: held-out referee accuracy 0.172 -> 0.207 ± 0.006 (GRPO 0.148 ± 0.006), all of it more verdicts that parse
+    Result: held-out referee accuracy 0.172 -> 0.207 ± 0.008 (GRPO 0.148 ± 0.007), all of it more verdicts that parse
     (0.344 -> 0.423); the parsed verdicts stay at chance (0.49), also after 120 steps (study urpo_long: 0.495; 0.681 of
-    the verdicts parse). Greedy 0.723 ± 0.007 vs GRPO's 0.765 ± 0.006 after 40 steps (README, "URPO").
+    the verdicts parse). Greedy 0.723 ± 0.009 vs GRPO's 0.765 ± 0.007 after 40 steps (README, "URPO";
+    notebooks/07_reward_loop.ipynb section 6).
     """
     c = default.get_config()
     c.urpo.referee_share = 0.25

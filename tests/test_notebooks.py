@@ -101,7 +101,7 @@ REPRODUCTIONS = {"03_entropy_mechanism.ipynb": ["entropy_mechanism"], "04_dapo_l
                   "05_guidance.ipynb": ["guidance_hard", "guidance_hard_long", "guidance_guide"],
                   "06_online_dpo.ipynb": ["online_dpo"],
                   "07_reward_loop.ipynb": ["fapo", "reward_model", "reward_model_reward_models", "process_rewards",
-                                           "learned_prm", "learned_prm_reward_models"],
+                                           "learned_prm", "learned_prm_reward_models", "urpo", "urpo_long"],
                   "08_exit_and_pruning.ipynb": ["exit", "pruning"]}
 
 
