@@ -24,7 +24,9 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/cpl.py --workdir=/tmp/rl4llm/cpl
-    Result: not yet recorded.
+    Result (study pair_objectives, notebooks/06_online_dpo.ipynb; 50 steps from the warm start, greedy 0.633, 3
+    seeds): held-out greedy 0.724 ± 0.019 vs GRPO's 0.766 ± 0.020 on the same rollouts, pass@1 0.542 ± 0.020 vs
+    0.577 ± 0.009; the segment scores rank the step's pairs right 74 % of the time.
     """
     c = default.get_config()
     c.preference.loss = "cpl"

@@ -23,7 +23,9 @@ def get_config():
 
     Run:
         python -m experiments.train --config=configs/spo.py --workdir=/tmp/rl4llm/spo
-    Result: not yet recorded.
+    Result (study pair_objectives, notebooks/06_online_dpo.ipynb; 50 steps from the warm start, greedy 0.633, 3
+    seeds): held-out pass@1 0.583 ± 0.016 vs GRPO's 0.577 ± 0.009 on the same rollouts, greedy 0.723 ± 0.021 vs
+    0.766 ± 0.020.
     """
     c = default.get_config()
     c.rl.advantage = "spo"

@@ -99,7 +99,7 @@ def test_notebooks_end_to_end_on_a_tiny_run(tmp_path):
 
 REPRODUCTIONS = {"03_entropy_mechanism.ipynb": ["entropy_mechanism"], "04_dapo_ladder.ipynb": ["dapo_ladder", "dapo_hard"],
                   "05_guidance.ipynb": ["guidance_hard", "guidance_hard_long", "guidance_guide"],
-                  "06_online_dpo.ipynb": ["online_dpo"],
+                  "06_online_dpo.ipynb": ["online_dpo", "pair_objectives"],
                   "07_reward_loop.ipynb": ["fapo", "reward_model", "reward_model_reward_models", "process_rewards",
                                            "learned_prm", "learned_prm_reward_models", "urpo", "urpo_long"],
                   "08_exit_and_pruning.ipynb": ["exit", "pruning"]}
