@@ -36,48 +36,13 @@ _STAGE = flags.DEFINE_enum("stage", "auto", ["auto", "rl", "sft"], "source=sampl
 _SEED = flags.DEFINE_integer("seed", 0, "source=samples: the sampling key.")
 
 
-def training_examples(config, setup, steps: int) -> list:
-    """The first `rl.num_prompts` examples of each of the first `steps` RL steps' streams, in step order."""
-    return [e for s in range(steps) for e in setup.selector.stream_examples(s, config.rl.num_prompts)]
-
-
-def sampled_records(config, setup, params, examples, samples: int, min_reward: float, seed: int,
-                    max_accuracy: float | None = None) -> list[dict]:
-    """`samples` completions of each example by `params` at the run's rollout settings (one sampler call), scored by
-    the run's reward pipeline, kept when finished with main reward >= `min_reward` (`trace_file.sample_records`), or
-    with `max_accuracy` DeepSearch's replay buffer of them (`trace_file.replay_records`)."""
-    import jax
-    import numpy as np
-
-    from rl4llm.data import trace_file
-    from rl4llm.train import batches
-    from rl4llm.train import completions
-    from rl4llm.train import rollouts
-
-    prompts = [e.prompt for e in examples]
-    prompt_tokens, prompt_mask = batches.encode_prompts(setup.tokenizer, prompts, config.sampling.prompt_bucket)
-    counts = np.full(len(examples), samples)
-    drawn = completions.sample_completions(config, setup, params, prompt_tokens, prompt_mask, counts,
-                                           jax.random.key(seed), setup.rollout_cfg)
-    group = np.repeat(np.arange(len(examples)), counts)
-    main = rollouts.score(config, setup, prompt_tokens[group], prompt_mask[group], drawn["completion_tokens"],
-                          drawn["completion_mask"], [prompts[i] for i in group], [examples[i].answer for i in group],
-                          group)[1]
-    texts = batches.decode_completions(setup.tokenizer, drawn["completion_tokens"], drawn["completion_mask"])
-    shape = (len(examples), samples)
-    texts, main, finished = (np.asarray(texts, object).reshape(shape).tolist(), np.asarray(main).reshape(shape),
-                             drawn["finished"].reshape(shape))
-    if max_accuracy is not None:
-        return trace_file.replay_records(prompts, texts, main > 0.5, finished, max_accuracy)
-    return trace_file.sample_records(prompts, texts, main, finished, min_reward)
-
-
 def main(argv):
     del argv
     from rl4llm import config as config_lib
     from rl4llm.data import trace_file
     from rl4llm.train import runs
     from rl4llm.train import setup as setup_lib
+    from rl4llm.train.trace_export import sampled_records, training_examples
 
     if _SOURCE.value in ("samples", "replay"):
         with runs.restore_policy(_WORKDIR.value, _STAGE.value) as policy:

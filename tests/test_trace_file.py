@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import export_traces
+from rl4llm.train import trace_export
 from rl4llm import config as config_lib
 from rl4llm.data import tasks as tasks_lib
 from rl4llm.data import trace_file
@@ -50,7 +50,7 @@ def test_a_file_of_the_reference_solutions_trains_as_the_reference_traces(tmp_pa
     job.run(_luffy_config(), reference)
     config = config_lib.parse(runs.load_config(reference))
     setup = setup_lib.build_setup(config, reference)
-    records = trace_file.reference_records(export_traces.training_examples(config, setup, config.rl.steps))
+    records = trace_file.reference_records(trace_export.training_examples(config, setup, config.rl.steps))
     setup.rewards.close()
     assert len(records) == config.rl.steps * config.rl.num_prompts
     for r in records[::2]:
@@ -96,8 +96,8 @@ def test_a_prompt_without_traces_gets_an_all_sampled_group(tmp_path):
     prompts, key = [e.prompt for e in examples], jax.random.key(3)
     rows, metrics = rollouts.generate_rows(config, setup, params, prompts, [e.answer for e in examples],
                                            np.full(3, 2), key, [""] * 3, [[e.solution] * 2 for e in examples])
-    sampled = export_traces.sampled_records(config, setup, params, examples, 4, min_reward=0.0, seed=0)
-    assert export_traces.sampled_records(config, setup, params, examples, 4, min_reward=2.0, seed=0) == []
+    sampled = trace_export.sampled_records(config, setup, params, examples, 4, min_reward=0.0, seed=0)
+    assert trace_export.sampled_records(config, setup, params, examples, 4, min_reward=2.0, seed=0) == []
     setup.rewards.close()
     assert 0 < len(sampled) <= 3 and all(r["prompt"] in prompts and 1 <= len(r["traces"]) <= 4 for r in sampled)
     for r in sampled:  # a finished sample re-encodes within the budget, so the file loads
