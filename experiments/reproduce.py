@@ -249,7 +249,9 @@ STUDIES = {
     # completion's win rate in its group minus 1/2 as the advantage of PPO-clip, 4 minibatch updates), from the warm
     # start this machine trains (the online_dpo study's was another machine's, so its GRPO arm is run again here).
     "pair_objectives": Study(
-        arms={"grpo": _recipe("default"), "cpl": _recipe("cpl"), "p3o": _recipe("p3o"), "spo": _recipe("spo")},
+        arms={"grpo": _recipe("default"), "cpl": _recipe("cpl"), "p3o": _recipe("p3o"), "spo": _recipe("spo"),
+              # the recipe's P3O with one epoch per batch: the first epoch's quotient R is 1, so the clip cannot bind
+              "p3o_one_epoch": _recipe("p3o", rl__ppo_epochs=1)},
         seeds=(0, 1, 2),
         rl_steps=50,
         eval_every=25,
